@@ -1,0 +1,47 @@
+"""ctypes access to what the fork adds to libllama (declared in cpp/ridgefill.h).
+
+The library is the one the `llama_cpp` bindings loaded, so Python, the bindings
+and our functions always talk to the same build.
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import RidgefillError
+
+
+@lru_cache(maxsize=None)
+def lib() -> ctypes.CDLL:
+    try:
+        from llama_cpp import llama_cpp as bindings
+    except Exception as e:  # noqa: BLE001 - report any import failure as one line
+        raise RidgefillError(f"cannot load the llama_cpp bindings: {e}") from e
+    handle = bindings._lib
+    if not hasattr(handle, "llama_ridgefill_version"):
+        raise RidgefillError(
+            f"the llama_cpp package at {Path(bindings.__file__).parent} is not the RidgeFill fork "
+            "(its libllama has no llama_ridgefill_version); reinstall RidgeFill with `pip install .` "
+            "from the RidgeFill checkout")
+    for name in ("llama_ridgefill_version", "llama_ridgefill_upstream",
+                 "llama_ridgefill_patch_series", "llama_ridgefill_fork_info"):
+        fn = getattr(handle, name)
+        fn.argtypes = []
+        fn.restype = ctypes.c_char_p
+    return handle
+
+
+def library_path() -> Path:
+    return Path(lib()._name)
+
+
+def fork_identity() -> dict[str, str]:
+    """The identity compiled into the loaded libllama."""
+    h = lib()
+    return {
+        "version": h.llama_ridgefill_version().decode(),
+        "upstream": h.llama_ridgefill_upstream().decode(),
+        "patch_series": h.llama_ridgefill_patch_series().decode(),
+        "library": str(library_path()),
+    }

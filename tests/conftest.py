@@ -1,0 +1,31 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    from ridgefill import models
+    return models.fetch("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def gemma3() -> Path:
+    from ridgefill import models
+    return models.fetch("gemma3-270m")
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run an installed console script of this venv (ridgefill, ridgefill-server)."""
+    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def n_threads() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
