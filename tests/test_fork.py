@@ -63,7 +63,8 @@ def test_bindings_and_server_generate_the_same_text(smollm2):
     text = llm.create_completion(PROMPT, max_tokens=32, temperature=0.0)["choices"][0]["text"]
     del llm
     assert len(text.strip()) > 0
-    with Server(smollm2, "-c", "512", "-b", "512", "-t", str(n_threads()), "-np", "1") as srv:
+    # same numerics as the bindings: no flash attention (llama-server defaults to auto), one slot
+    with Server(smollm2, "-c", "512", "-b", "512", "-t", str(n_threads()), "-np", "1", "-fa", "off") as srv:
         res = srv.post("/completion", {"prompt": PROMPT, "n_predict": 32, "temperature": 0.0})
         props = srv.get("/props")
     assert res["content"] == text

@@ -27,7 +27,10 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the fork's identity and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(_version_text())
+        try:
+            print(_version_text())
+        except RidgefillError as e:
+            parser.exit(1, f"ridgefill: error: {e}\n")
         parser.exit()
 
 

@@ -48,7 +48,7 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     ttft_bindings = time.perf_counter() - t0
     del llm
 
-    with Server(model_path, "-c", str(n_ctx), "-b", "2048", "-t", str(threads), "-np", "1") as srv:
+    with Server(model_path, "-c", str(n_ctx), "-b", "2048", "-t", str(threads), "-np", "1", "-fa", "off") as srv:
         srv.post("/completion", {"prompt": "Hello", "n_predict": 1})  # warm-up
         t0 = time.perf_counter()
         res = srv.post("/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False})
