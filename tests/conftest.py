@@ -29,3 +29,13 @@ def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
 
 def n_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def maps20(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2 maps at split layer 20 from a small Brown budget, shared by the tests of a session."""
+    from ridgefill.calibrate import CalibConfig, calibrate
+    out = tmp_path_factory.mktemp("maps") / "smollm2-s20.gguf"
+    calibrate(CalibConfig(model=smollm2, split_layer=20, corpus="brown", tokens=6144, ctx=512,
+                          threads=n_threads(), progress=False), out)
+    return out

@@ -2,12 +2,16 @@
 
     ridgefill --version                 fork identity: our version, upstream pin, patch series
     ridgefill fetch-models [NAME ...]   download and verify the small test models
+    ridgefill calibrate MODEL -s S -o MAPS.gguf   fit ridge maps (one pass over text)
+    ridgefill export MODEL MAPS -o OUT.gguf       augmented GGUF: model + maps
+    ridgefill info FILE                 ridgefill metadata and diagnostics of a map file
     ridgefill demo [-m MODEL]           the main job on the small model (see README)
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import RidgefillError
@@ -40,6 +44,41 @@ def cmd_fetch_models(args: argparse.Namespace) -> None:
         print(f"{name}: {models.fetch(name)}")
 
 
+def _lambda(value: str):
+    if value == "auto":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {value!r}") from None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from .calibrate import CalibConfig, calibrate
+    from .ggufio import diagnostics_table
+    if args.text and args.corpus:
+        raise RidgefillError("give --text FILE or --corpus NAME, not both")
+    cfg = CalibConfig(model=args.model, split_layer=args.split_layer, texts=args.text or [], corpus=args.corpus,
+                      tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
+                      val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
+                      threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress)
+    m = calibrate(cfg, args.output)
+    print(diagnostics_table(m))
+    print(f"wrote {args.output}: split_layer {m.split_layer}, prior {m.prior}, {m.calib_tokens} fit tokens, "
+          f"{m.extra['val_tokens']} held-out tokens, map type {m.map_type}; peak memory {m.extra['peak_rss_mb']:.0f} MB")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from .ggufio import export
+    export(args.model, args.maps, args.output)
+    print(f"wrote {args.output}")
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    from .ggufio import info_text
+    print(info_text(args.file))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run
     run(model=args.model, n_prompt=args.prompt_tokens, threads=args.threads)
@@ -53,6 +92,35 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("fetch-models", help="download and verify the small real models")
     s.add_argument("names", nargs="*", help="models to fetch (default: all)")
     s.set_defaults(func=cmd_fetch_models)
+
+    s = sub.add_parser("calibrate", help="fit ridge maps for a split layer from one pass over text")
+    s.add_argument("model", help="base model GGUF")
+    s.add_argument("-s", "--split-layer", type=int, required=True, help="layers below it run exactly")
+    s.add_argument("--text", action="append", type=Path, metavar="FILE", help="calibration text file (repeatable)")
+    s.add_argument("--corpus", help="calibration corpus from ridgefill.data instead of --text (default: brown)")
+    s.add_argument("-o", "--output", required=True, type=Path, help="map file to write (GGUF)")
+    s.add_argument("-n", "--tokens", type=int, default=65536, help="token budget (default 65536)")
+    s.add_argument("-c", "--ctx", type=int, default=1024, help="chunk length in tokens (default 1024)")
+    s.add_argument("--lambda", dest="ridge_lambda", type=_lambda, default="auto",
+                   help="ridge λ relative to trace(HᵀH)/d, or 'auto' (held-out grid search; default)")
+    s.add_argument("--prior", choices=["zero", "identity"], default="identity", help="shrink W toward 0 or I")
+    s.add_argument("--val-fraction", type=float, default=0.1, help="fraction of chunks held out (default 0.1)")
+    s.add_argument("--map-type", choices=["f32", "f16", "q8_0"], default="f32", help="storage type of W")
+    s.add_argument("--sink-tokens", type=int, default=4, help="first positions of each chunk left out (default 4)")
+    s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
+    s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_calibrate)
+
+    s = sub.add_parser("export", help="write an augmented GGUF: the model plus its maps")
+    s.add_argument("model", help="base model GGUF")
+    s.add_argument("maps", help="map file from `ridgefill calibrate`")
+    s.add_argument("-o", "--output", required=True, type=Path, help="augmented GGUF to write")
+    s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("info", help="print the RidgeFill metadata and diagnostics of a map file or augmented model")
+    s.add_argument("file")
+    s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("demo", help="run a long prompt through the bindings and the server, print TTFT")
     s.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M, fetched)")
