@@ -29,6 +29,27 @@ LLAMA_API bool llama_ridgefill_capture_layer_input(struct llama_context * ctx, i
 // i of the batch, valid until the next decode.  Call only for captured layers.
 LLAMA_API const float * llama_ridgefill_layer_input(struct llama_context * ctx, int32_t il);
 
+// ---- RidgeFill prefill ----
+// A prompt token takes the approximate path when RidgeFill is enabled, maps are loaded, its sequence
+// has an exact_from position, sink_tokens <= pos < exact_from, it belongs to one sequence and no
+// output is requested for it.  Every other token (sink rows, the tail, decode steps) is exact.
+// Functions returning int32_t give 0 on success, -1 on error (llama_ridgefill_last_error()).
+
+// Load maps from a map file or an augmented model and validate them against the model at
+// model_path (NULL: maps_path is the augmented model itself).
+LLAMA_API int32_t llama_ridgefill_load_maps(struct llama_context * ctx, const char * maps_path, const char * model_path);
+LLAMA_API int32_t llama_ridgefill_set_enabled(struct llama_context * ctx, bool enabled);
+LLAMA_API int32_t llama_ridgefill_set_sink_tokens(struct llama_context * ctx, int32_t n);
+// Where the exact tail of a sequence begins; pos < 0 forgets it (the sequence is then all exact).
+LLAMA_API int32_t llama_ridgefill_set_exact_from(struct llama_context * ctx, llama_seq_id seq_id, llama_pos pos);
+LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);  // -1 without maps
+LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);    // bytes of map tensors
+// Tokens of a sequence processed on each path since its last reset.
+LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, llama_seq_id seq_id,
+                                             int64_t * n_approx, int64_t * n_exact);
+LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
+LLAMA_API const char * llama_ridgefill_last_error(void);
+
 #ifdef __cplusplus
 }
 #endif

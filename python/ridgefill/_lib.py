@@ -25,11 +25,31 @@ def lib() -> ctypes.CDLL:
             "(its libllama has no llama_ridgefill_version); reinstall RidgeFill with `pip install .` "
             "from the RidgeFill checkout")
     for name in ("llama_ridgefill_version", "llama_ridgefill_upstream",
-                 "llama_ridgefill_patch_series", "llama_ridgefill_fork_info"):
+                 "llama_ridgefill_patch_series", "llama_ridgefill_fork_info", "llama_ridgefill_last_error"):
         fn = getattr(handle, name)
         fn.argtypes = []
         fn.restype = ctypes.c_char_p
+    ctx, i32, i64p = ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
+    for name, args, res in (
+            ("llama_ridgefill_capture_layer_input", [ctx, i32, ctypes.c_bool], ctypes.c_bool),
+            ("llama_ridgefill_layer_input", [ctx, i32], ctypes.POINTER(ctypes.c_float)),
+            ("llama_ridgefill_load_maps", [ctx, ctypes.c_char_p, ctypes.c_char_p], i32),
+            ("llama_ridgefill_set_enabled", [ctx, ctypes.c_bool], i32),
+            ("llama_ridgefill_set_sink_tokens", [ctx, i32], i32),
+            ("llama_ridgefill_set_exact_from", [ctx, i32, i32], i32),
+            ("llama_ridgefill_split_layer", [ctx], i32),
+            ("llama_ridgefill_maps_size", [ctx], ctypes.c_int64),
+            ("llama_ridgefill_get_counts", [ctx, i32, i64p, i64p], None),
+            ("llama_ridgefill_reset_counts", [ctx, i32], None)):
+        fn = getattr(handle, name)
+        fn.argtypes, fn.restype = args, res
     return handle
+
+
+def check(rc: int) -> None:
+    """Raise the runtime's last error if a llama_ridgefill_* call failed."""
+    if rc != 0:
+        raise RidgefillError(lib().llama_ridgefill_last_error().decode())
 
 
 def library_path() -> Path:

@@ -8,7 +8,6 @@ diagnostics); the first `sink_tokens` positions of every chunk are left out.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 from dataclasses import dataclass, field
@@ -58,10 +57,6 @@ class LayerInputs:
         self.d = self.llm.n_embd()
         self.layers = layers
         h = lib()
-        h.llama_ridgefill_capture_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_bool]
-        h.llama_ridgefill_capture_layer_input.restype = ctypes.c_bool
-        h.llama_ridgefill_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-        h.llama_ridgefill_layer_input.restype = ctypes.POINTER(ctypes.c_float)
         self._get = h.llama_ridgefill_layer_input
         for l in layers:
             if not h.llama_ridgefill_capture_layer_input(self.llm.ctx, l, True):

@@ -81,7 +81,8 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run
-    run(model=args.model, n_prompt=args.prompt_tokens, threads=args.threads)
+    run(model=args.model, n_prompt=args.prompt_tokens, threads=args.threads, split_layer=args.split_layer,
+        calib_tokens=args.calib_tokens, workdir=args.workdir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,10 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("demo", help="run a long prompt through the bindings and the server, print TTFT")
+    s = sub.add_parser("demo", help="calibrate, export, run a long prompt through the bindings and the server, print TTFT")
     s.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M, fetched)")
     s.add_argument("-p", "--prompt-tokens", type=int, default=4096, help="prompt length in tokens (default 4096)")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("-s", "--split-layer", type=int, default=20, help="split layer of the maps (default 20)")
+    s.add_argument("--calib-tokens", type=int, default=8192, help="calibration budget (default 8192)")
+    s.add_argument("--workdir", default="out", help="where maps and the augmented model go (default out/)")
     s.set_defaults(func=cmd_demo)
     return p
 

@@ -48,7 +48,10 @@ def fingerprint(reader: GGUFReader) -> str:
     h.update(f"arch={field_value(reader, 'general.architecture', '')}\n".encode())
     tensors = sorted((t for t in reader.tensors if not t.name.startswith(PREFIX)), key=lambda t: t.name)
     for t in tensors:
-        h.update(f"{t.name} {int(t.tensor_type)} {','.join(str(int(n)) for n in t.shape)}\n".encode())
+        ne = [int(n) for n in t.shape]
+        while len(ne) > 1 and ne[-1] == 1:  # as ggml_n_dims counts them
+            ne.pop()
+        h.update(f"{t.name} {int(t.tensor_type)} {','.join(map(str, ne))}\n".encode())
     for t in tensors:
         start, n = int(t.data_offset), int(t.n_bytes)
         spans = [(0, n)] if n <= 3 * 4096 else [(0, 4096), (n // 2 - 2048, 4096), (n - 4096, 4096)]

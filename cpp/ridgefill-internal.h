@@ -1,0 +1,85 @@
+// RidgeFill inside libllama: maps, per-context state, and the graph's view of them.
+// Included by the patched upstream files (see ggml-patches/) and by cpp/*.cpp.
+#pragma once
+
+#include "llama.h"
+#include "ggml.h"
+#include "ggml-backend.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct llama_model;
+struct llama_ubatch;
+class llama_batch_allocr;
+
+// The maps of one split layer: x̂_l = W_l h + b_l for every late layer l > split_layer.
+struct ridgefill_maps {
+    int32_t split_layer = -1;
+    int32_t n_layer     = 0;
+    std::string path;
+    std::string fingerprint;
+    std::string prior;
+    std::string map_type;
+    std::vector<ggml_tensor *> weight; // [n_layer], null for l <= split_layer; ne = {d, d}
+    std::vector<ggml_tensor *> bias;   // [n_layer], null for l <= split_layer; ne = {d}
+
+    std::vector<ggml_context *>          ctxs;
+    std::vector<ggml_backend_buffer_t>   bufs;
+    size_t n_bytes = 0;
+
+    ~ridgefill_maps();
+};
+
+// Debug modes for attributing the error (off by default; not implemented in the graph yet).
+enum ridgefill_splice : int32_t {
+    RIDGEFILL_SPLICE_NONE = 0,
+};
+
+// Per-context RidgeFill state, set through the C API in ridgefill.h.
+struct ridgefill_context {
+    std::shared_ptr<ridgefill_maps> maps;
+    bool    enabled     = false;
+    int32_t sink_tokens = 4;
+    std::map<llama_seq_id, llama_pos> exact_from; // per sequence: positions >= it are the exact tail
+
+    // tokens per sequence that took each path since the last reset
+    std::map<llama_seq_id, int64_t> n_approx, n_exact;
+};
+
+// What a graph needs to know: non-null maps only when the ubatch takes the approximate path.
+struct ridgefill_graph {
+    const ridgefill_maps * maps = nullptr;
+    int32_t split_layer = -1;
+
+    bool approx() const { return maps != nullptr; }
+    bool operator==(const ridgefill_graph & o) const { return maps == o.maps && split_layer == o.split_layer; }
+    bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
+};
+
+// The one place where a token's path is decided: true = approximate (layers >= s only fill K/V).
+bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id, int32_t n_seq_id,
+                               llama_pos pos, bool output);
+
+// Marks every token of the batch held by `balloc` with its path (ubatches are then cut where it changes).
+void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc);
+
+// The graph parameters for one ubatch.
+ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ubatch & ubatch);
+
+// Counts the tokens of a processed ubatch per sequence and path.
+void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch);
+
+// The one function through which every map product goes: W h + b (the fused CUDA kernel replaces it).
+ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * h);
+
+// Loads and validates maps for `model` from a map file or an augmented model; throws std::runtime_error.
+std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, const std::string & maps_path,
+                                                    const std::string & model_path);
+
+// sha256 fingerprint of a base model file (see python/ridgefill/ggufio.py: fingerprint).
+std::string ridgefill_fingerprint(const std::string & model_path);
