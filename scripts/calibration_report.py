@@ -54,6 +54,13 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
         lines.append("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.0f} |".format(*row))
+    lines += ["", "Which prior: per split layer, the prior with the higher mean held-out R² —"]
+    for s in sorted({row[0] for row in summary}):
+        rows = {row[1]: row for row in summary if row[0] == s}
+        best = max(rows, key=lambda p: rows[p][2])
+        other = "zero" if best == "identity" else "identity"
+        lines.append(f"split {s}: **{best}** (R² {rows[best][2]:.4f} vs {rows[other][2]:.4f}, "
+                     f"K err {rows[best][4]:.4f} vs {rows[other][4]:.4f}).")
     lines += ["", "## Per layer", ""] + sections
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -39,3 +39,21 @@ def maps20(smollm2, tmp_path_factory) -> Path:
     calibrate(CalibConfig(model=smollm2, split_layer=20, corpus="brown", tokens=6144, ctx=512,
                           threads=n_threads(), progress=False), out)
     return out
+
+
+def logits_last(llm) -> "np.ndarray":
+    import numpy as np
+    from llama_cpp import llama_cpp as C
+    return np.ctypeslib.as_array(C.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).copy()
+
+
+@pytest.fixture(scope="session")
+def prose_tokens(smollm2):
+    """1,200 tokens of Shakespeare, tokenized for SmolLM2 (BOS first)."""
+    from llama_cpp import Llama
+
+    from ridgefill import data
+    llm = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
+    toks = llm.tokenize(data.text("shakespeare")[:12000].encode())[:1200]
+    del llm
+    return toks
