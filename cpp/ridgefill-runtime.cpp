@@ -91,6 +91,18 @@ ggml_tensor * llm_graph_context::build_ridgefill_outputs(ggml_tensor * inpL, ggm
     return ggml_get_rows(ctx0, inpL, inp_out_ids);
 }
 
+int32_t llama_ridgefill_reusable_prefix(int32_t n_common, int32_t cached_begin, int32_t cached_end,
+                                        int32_t new_begin, int32_t new_end) {
+    if (cached_begin >= cached_end || n_common <= cached_begin) {
+        return n_common;  // the reused prefix holds exact cells only
+    }
+    const bool same_begin = new_begin < new_end && new_begin == cached_begin;
+    if (n_common <= cached_end ? (same_begin && new_end >= n_common) : (same_begin && new_end == cached_end)) {
+        return n_common;  // filled exactly as this request would fill it
+    }
+    return cached_begin;  // keep the exact rows before the approximate ones
+}
+
 // ---- C API ------------------------------------------------------------------------------------
 
 static thread_local std::string g_last_error;

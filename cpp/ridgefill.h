@@ -50,6 +50,13 @@ LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, l
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
 LLAMA_API const char * llama_ridgefill_last_error(void);
 
+// Prompt caching: of n_common cached prompt tokens, how many a new request may reuse.  Cells filled
+// approximately ([cached_begin, cached_end)) serve only a request that fills them the same way
+// (new range [new_begin, new_end)); otherwise only the exact rows before them are kept.
+// Empty ranges (begin >= end) mean "all exact".
+LLAMA_API int32_t llama_ridgefill_reusable_prefix(int32_t n_common, int32_t cached_begin, int32_t cached_end,
+                                                  int32_t new_begin, int32_t new_end);
+
 #ifdef __cplusplus
 }
 #endif
