@@ -1,0 +1,169 @@
+"""ridgefill-server: flags, per-request control, timings, /props, the prompt-cache rule, concurrency.
+
+Driven through raw HTTP and the real `openai` client.
+"""
+import math
+import threading
+
+import openai
+import pytest
+import requests
+from conftest import n_threads, run_cli
+
+from ridgefill.server import Server
+
+TAIL, SINK = 200, 4
+
+
+@pytest.fixture(scope="module")
+def long_prompt(smollm2, prose_tokens):
+    from llama_cpp import Llama
+    llm = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
+    text = llm.detokenize(prose_tokens[1:1000]).decode(errors="ignore")
+    return text
+
+
+@pytest.fixture(scope="module")
+def srv(smollm2, maps20):
+    with Server(smollm2, "-c", "8192", "-b", "2048", "-t", str(n_threads()), "-np", "2", "-fa", "off",
+                "--ridgefill-maps", str(maps20), "--ridgefill-tail", str(TAIL), "--ridgefill-sink", str(SINK)) as s:
+        yield s
+
+
+def complete(srv, prompt, **body):
+    r = requests.post(srv.url + "/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0.0, **body},
+                      timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_props_report_the_configuration(srv, maps20):
+    rf = srv.get("/props")["ridgefill"]
+    assert rf["enabled"] is True and rf["split_layer"] == 20
+    assert rf["tail_tokens"] == TAIL and rf["sink_tokens"] == SINK
+    assert rf["maps"] == str(maps20) and rf["maps_bytes"] > 9 * 576 * 576 * 4
+
+
+def test_timings_and_per_request_override(srv, long_prompt):
+    on = complete(srv, long_prompt, cache_prompt=False)
+    n = on["timings"]["prompt_n"]
+    assert on["timings"]["ridgefill_filled_n"] == n - TAIL - SINK
+    assert on["timings"]["ridgefill_exact_n"] == TAIL + SINK
+    off = complete(srv, long_prompt, cache_prompt=False, ridgefill=False)
+    assert off["timings"]["ridgefill_filled_n"] == 0 and off["timings"]["ridgefill_exact_n"] == n
+    tail = complete(srv, long_prompt, cache_prompt=False, ridgefill={"tail_tokens": 500})
+    assert tail["timings"]["ridgefill_filled_n"] == n - 500 - SINK
+    short = complete(srv, "A short prompt.", cache_prompt=False)
+    assert short["timings"]["ridgefill_filled_n"] == 0
+
+
+def test_bad_request_values_are_400(srv, long_prompt):
+    for bad in ({"tail_tokens": 0}, {"tail": 5}, "yes", 3):
+        r = requests.post(srv.url + "/completion", json={"prompt": "x", "n_predict": 1, "ridgefill": bad}, timeout=60)
+        assert r.status_code == 400, (bad, r.text)
+        assert "ridgefill" in r.json()["error"]["message"]
+
+
+def test_prompt_cache_never_serves_approximate_cells_to_other_fills(srv, long_prompt):
+    p = "Cache rule.\n" + long_prompt       # no prefix shared with earlier requests
+    first = complete(srv, p, id_slot=0)                              # filled approximately, cached
+    assert first["timings"]["ridgefill_filled_n"] > 0
+    exact = complete(srv, p, id_slot=0, ridgefill=False)             # must not reuse the filled cells
+    assert exact["timings"]["cache_n"] <= SINK
+    again = complete(srv, p, id_slot=0, ridgefill=False)             # an exact cache serves an exact request
+    assert again["timings"]["cache_n"] == again["timings"]["prompt_n"] + again["timings"]["cache_n"] - 1
+    reference = complete(srv, p, cache_prompt=False, ridgefill=False)
+    assert exact["content"] == reference["content"] == again["content"]
+    approx = complete(srv, p, id_slot=0)                            # exact cells are fine for an approximate request
+    assert approx["timings"]["cache_n"] > SINK
+    complete(srv, "Other tail.\n" + long_prompt, id_slot=1)
+    other_tail = complete(srv, "Other tail.\n" + long_prompt, id_slot=1, ridgefill={"tail_tokens": TAIL + 100})
+    assert other_tail["timings"]["cache_n"] <= SINK                 # a different tail refills
+
+
+def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
+    """Slot A fills approximately, slot B exactly, in the same batches; each matches its solo run.
+
+    With a unified KV cache the cells a request gets depend on what else runs, which changes the order
+    of floating-point sums in attention, so next-token probabilities are compared with a tolerance.
+    """
+    a_body = {"prompt": long_prompt, "n_predict": 1, "n_probs": 3, "temperature": 0.0, "cache_prompt": False}
+    b_body = {**a_body, "prompt": "In a distant land, " + long_prompt[:3000], "ridgefill": False}
+
+    def top(res):
+        return {p["id"]: math.exp(p["logprob"]) for p in res["completion_probabilities"][0]["top_logprobs"]}
+
+    solo = [requests.post(srv.url + "/completion", json=b, timeout=600).json() for b in (a_body, b_body)]
+    out = [None, None]
+
+    def run(i, body):
+        out[i] = requests.post(srv.url + "/completion", json=body, timeout=600).json()
+
+    threads = [threading.Thread(target=run, args=(i, b)) for i, b in enumerate((a_body, b_body))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for alone, together in zip(solo, out):
+        assert together["content"] == alone["content"]
+        pa, pt = top(alone), top(together)
+        assert pa.keys() == pt.keys()
+        for tok in pa:
+            assert abs(pa[tok] - pt[tok]) < 0.02, (tok, pa, pt)
+        assert together["timings"]["ridgefill_filled_n"] == alone["timings"]["ridgefill_filled_n"]
+    assert out[0]["timings"]["ridgefill_filled_n"] > 0 and out[1]["timings"]["ridgefill_filled_n"] == 0
+
+
+def test_openai_client_completions_and_chat(srv, long_prompt):
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
+    c = client.completions.create(model="x", prompt=long_prompt, max_tokens=8, temperature=0.0,
+                                  extra_body={"cache_prompt": False})
+    raw = complete(srv, long_prompt, cache_prompt=False)
+    assert c.choices[0].text == raw["content"]
+    stream = client.completions.create(model="x", prompt=long_prompt, max_tokens=8, temperature=0.0, stream=True,
+                                       extra_body={"cache_prompt": False})
+    assert "".join(ch.choices[0].text for ch in stream if ch.choices) == raw["content"]
+    messages = [{"role": "user", "content": "Summarise this scene in one line:\n" + long_prompt[:4000]}]
+    chat_on = client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0.0,
+                                             extra_body={"cache_prompt": False, "timings_per_token": False})
+    chat_off = client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0.0,
+                                              extra_body={"cache_prompt": False, "ridgefill": False})
+    assert chat_on.choices[0].message.content and chat_off.choices[0].message.content
+    t_on = chat_on.model_extra["timings"]
+    t_off = chat_off.model_extra["timings"]
+    assert t_on["ridgefill_filled_n"] > 0 and t_off["ridgefill_filled_n"] == 0
+    stream = client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0.0, stream=True,
+                                            extra_body={"cache_prompt": False, "ridgefill": {"tail_tokens": 300}})
+    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    assert text
+
+
+def test_server_refuses_bad_maps_and_flags(smollm2, gemma3, maps20, tmp_path):
+    cases = [
+        ((gemma3, "--ridgefill-maps", str(maps20)), "does not support RidgeFill"),
+        ((smollm2, "--ridgefill"), "holds no RidgeFill maps"),
+        ((smollm2, "--ridgefill-maps", str(tmp_path / "none.gguf")), "cannot read"),
+        ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-tail", "0"), "--ridgefill-tail must be >= 1"),
+        ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-sink", "-1"), "--ridgefill-sink must be >= 0"),
+    ]
+    for (model, *flags), message in cases:
+        r = run_cli("ridgefill-server", "-m", str(model), "--port", "0", "-c", "512", *flags, timeout=120)
+        assert r.returncode != 0, (flags, r.stderr[-2000:])
+        assert message in r.stderr + r.stdout, (flags, r.stderr[-2000:])
+
+
+def test_env_vars_configure_ridgefill(smollm2, maps20):
+    env = {"LLAMA_ARG_RIDGEFILL_MAPS": str(maps20), "LLAMA_ARG_RIDGEFILL_TAIL": "333"}
+    import os
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with Server(smollm2, "-c", "1024", "-t", str(n_threads()), "-np", "1") as s:
+            rf = s.get("/props")["ridgefill"]
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+    assert rf["enabled"] and rf["tail_tokens"] == 333
