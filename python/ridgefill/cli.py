@@ -5,6 +5,7 @@
     ridgefill calibrate MODEL -s S -o MAPS.gguf   fit ridge maps (one pass over text)
     ridgefill export MODEL MAPS -o OUT.gguf       augmented GGUF: model + maps
     ridgefill info FILE                 ridgefill metadata and diagnostics of a map file
+    ridgefill bench MODEL [--maps M]    TTFT exact vs RidgeFill, interleaved, with the analytic limit
     ridgefill demo [-m MODEL]           the main job on the small model (see README)
 """
 from __future__ import annotations
@@ -79,10 +80,23 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(info_text(args.file))
 
 
+def cmd_bench(args: argparse.Namespace) -> None:
+    from . import bench
+    from .modelfile import check_gguf
+    check_gguf(args.model)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    print(f"TTFT exact vs RidgeFill, interleaved, {args.repeats} repeats, tail {args.tail_tokens}, sink {args.sink_tokens}")
+    print(bench.HEADER)
+    result = bench.run(args.model, args.maps, lengths, args.tail_tokens, args.sink_tokens, args.repeats, args.threads)
+    print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
+    if args.json:
+        bench.save(result, args.json)
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run
     run(model=args.model, n_prompt=args.prompt_tokens, threads=args.threads, split_layer=args.split_layer,
-        calib_tokens=args.calib_tokens, workdir=args.workdir)
+        calib_tokens=args.calib_tokens, tail_tokens=args.tail_tokens, workdir=args.workdir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,12 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("demo", help="calibrate, export, run a long prompt through the bindings and the server, print TTFT")
+    s = sub.add_parser("bench", help="time to first token, exact vs RidgeFill, interleaved in one process")
+    s.add_argument("model", help="augmented GGUF (or the base model with --maps)")
+    s.add_argument("--maps", help="map file (default: the maps in MODEL)")
+    s.add_argument("--lengths", default="1024,2048,4096", help="prompt lengths (default 1024,2048,4096)")
+    s.add_argument("--tail-tokens", type=int, default=1024, help="exact tail (default 1024)")
+    s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
+    s.add_argument("-r", "--repeats", type=int, default=3, help="interleaved repeats per length (default 3)")
+    s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("--json", help="write the results as JSON")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("demo", help="calibrate, export, then exact vs RidgeFill prefill of a long prompt (bindings and server)")
     s.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M, fetched)")
     s.add_argument("-p", "--prompt-tokens", type=int, default=4096, help="prompt length in tokens (default 4096)")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("-s", "--split-layer", type=int, default=20, help="split layer of the maps (default 20)")
     s.add_argument("--calib-tokens", type=int, default=8192, help="calibration budget (default 8192)")
+    s.add_argument("--tail-tokens", type=int, default=1024, help="exact tail of the prompt (default 1024)")
     s.add_argument("--workdir", default="out", help="where maps and the augmented model go (default out/)")
     s.set_defaults(func=cmd_demo)
     return p

@@ -1,16 +1,18 @@
-"""The main job on the small model: calibrate → export → one long prompt through the fork.
+"""The main job on the small model: calibrate → export → exact vs RidgeFill prefill, bindings and server.
 
-Maps are fitted on the Brown corpus and exported into an augmented GGUF; then a
-long prompt runs through the fork's bindings and its server, timing the first
-token.  The runtime that fills the cache from the maps (issue 4) is not there
-yet, so the prompt is prefilled exactly; the comparison joins this command when
-it lands.
+1. fit maps for one split layer on the Brown corpus (`ridgefill calibrate`),
+2. write the augmented model (`ridgefill export`),
+3. run one long prompt (Shakespeare: another domain than the calibration text) exactly and with
+   RidgeFill, interleaved, through `ridgefill.Llama` and through `ridgefill-server`,
+4. print time to first token for both and how close RidgeFill's next-token distribution is.
 """
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+
+import numpy as np
 
 from . import data, models
 from ._lib import fork_identity
@@ -27,17 +29,22 @@ def build_prompt(tokenize, detokenize, n_tokens: int, corpus: str = "shakespeare
     return detokenize(body[: max(1, n_tokens - n_q - 1)]).decode("utf-8", errors="ignore") + QUESTION
 
 
-def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = None, split_layer: int = 20,
-        calib_tokens: int = 8192, workdir: str | Path = "out") -> dict:
-    from llama_cpp import Llama
+def _next_token_probs(llm) -> np.ndarray:
+    from llama_cpp import llama_cpp as C
+    logits = np.ctypeslib.as_array(C.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).astype(np.float64)
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
 
+
+def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = None, split_layer: int = 20,
+        calib_tokens: int = 8192, tail_tokens: int = 1024, workdir: str | Path = "out") -> dict:
     from .calibrate import CalibConfig, calibrate
     from .ggufio import diagnostics_table, export
+    from .runtime import Llama
     from .server import Server
 
     model_path = Path(check_gguf(model)) if model else models.fetch("smollm2-135m")
     threads = threads or os.cpu_count() or 1
-    n_ctx = n_prompt + 256
     ident = fork_identity()
     print(f"fork:   ridgefill {ident['version']} on {ident['upstream']}, patches {ident['patch_series']}")
     print(f"model:  {model_path.name}")
@@ -52,32 +59,51 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     print(diagnostics_table(m))
     print(f"\n== export: {augmented}")
     export(model_path, maps, augmented)
-    print(f"\n== prefill (exact; RidgeFill prefill joins here with the runtime)")
 
-    llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_batch=2048, n_threads=threads, verbose=False)
+    n_ctx = n_prompt + 64
+    llm = Llama(str(augmented), tail_tokens=tail_tokens, n_ctx=n_ctx, n_batch=2048, n_ubatch=512,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
     prompt = build_prompt(llm.tokenize, llm.detokenize, n_prompt)
-    n_tok = len(llm.tokenize(prompt.encode()))
-    print(f"prompt: {n_tok} tokens, {threads} threads\n")
+    tokens = llm.tokenize(prompt.encode())
+    print(f"\n== prefill: {len(tokens)}-token prompt (Shakespeare), tail {tail_tokens}, {threads} threads")
 
-    llm.create_completion("Hello", max_tokens=1)  # warm-up
-    llm.reset()
-    t0 = time.perf_counter()
-    out = llm.create_completion(prompt, max_tokens=1, temperature=0.0)
-    ttft_bindings = time.perf_counter() - t0
+    llm.set_ridgefill(False)
+    llm.eval(tokens[:32])  # warm-up
+    ttft, probs, counts = {}, {}, {}
+    for mode in (False, True, False, True):  # interleaved; the second run of each counts
+        llm.set_ridgefill(mode)
+        t0 = time.perf_counter()
+        llm.eval(tokens)
+        ttft[mode] = time.perf_counter() - t0
+        probs[mode] = _next_token_probs(llm)
+        counts[mode] = llm.ridgefill_counts()
+    p, q = probs[False], probs[True]
+    kl = float((p * (np.log(p + 1e-30) - np.log(q + 1e-30))).sum())
+    same_top = int(p.argmax() == q.argmax())
+    text = {}
+    for mode in (False, True):
+        llm.set_ridgefill(mode)
+        text[mode] = llm.create_completion(prompt, max_tokens=16, temperature=0.0)["choices"][0]["text"]
     del llm
 
-    with Server(model_path, "-c", str(n_ctx), "-b", "2048", "-t", str(threads), "-np", "1", "-fa", "off") as srv:
+    with Server(augmented, "-c", str(n_ctx), "-b", "2048", "-t", str(threads), "-np", "1", "-fa", "off",
+                "--ridgefill", "--ridgefill-tail", str(tail_tokens)) as srv:
         srv.post("/completion", {"prompt": "Hello", "n_predict": 1})  # warm-up
-        t0 = time.perf_counter()
-        res = srv.post("/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False})
-        ttft_server = time.perf_counter() - t0
-        props = srv.get("/props")
+        srv_t = {}
+        for mode in (False, True):
+            t0 = time.perf_counter()
+            res = srv.post("/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0.0,
+                                           "cache_prompt": False, "ridgefill": mode})
+            srv_t[mode] = (time.perf_counter() - t0, res["timings"])
 
-    rows = [("bindings (llama_cpp.Llama)", ttft_bindings, n_tok / ttft_bindings),
-            ("ridgefill-server /completion", ttft_server, res["timings"]["prompt_per_second"])]
-    print(f"{'path':30s} {'TTFT s':>8s} {'prompt tok/s':>13s}")
-    for name, t, tps in rows:
-        print(f"{name:30s} {t:8.2f} {tps:13.0f}")
-    print(f"\nfirst token: bindings {out['choices'][0]['text']!r}, server {res['content']!r}")
-    print(f"server /props ridgefill: {props.get('ridgefill')}")
-    return {"prompt_tokens": n_tok, "ttft_bindings_s": ttft_bindings, "ttft_server_s": ttft_server}
+    print(f"\n{'':32s} {'exact':>9s} {'RidgeFill':>10s} {'speedup':>8s}")
+    print(f"{'TTFT, ridgefill.Llama (s)':32s} {ttft[False]:9.2f} {ttft[True]:10.2f} {ttft[False] / ttft[True]:7.2f}x")
+    print(f"{'TTFT, ridgefill-server (s)':32s} {srv_t[False][0]:9.2f} {srv_t[True][0]:10.2f} "
+          f"{srv_t[False][0] / srv_t[True][0]:7.2f}x")
+    print(f"{'prompt tokens filled / exact':32s} {'0 / ' + str(counts[False][1]):>9s} "
+          f"{str(counts[True][0]) + ' / ' + str(counts[True][1]):>10s}")
+    print(f"\nnext-token KL(exact || RidgeFill) = {kl:.4f} nats, same top-1 token: {'yes' if same_top else 'no'}")
+    print(f"greedy continuation, exact:     {text[False]!r}")
+    print(f"greedy continuation, RidgeFill: {text[True]!r}")
+    return {"prompt_tokens": len(tokens), "ttft_exact_s": ttft[False], "ttft_ridgefill_s": ttft[True],
+            "server_ttft_exact_s": srv_t[False][0], "server_ttft_ridgefill_s": srv_t[True][0], "kl": kl}

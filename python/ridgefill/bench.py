@@ -1,0 +1,133 @@
+"""Time to first token, exact vs RidgeFill, measured side by side in one process.
+
+For each prompt length the two modes run interleaved (A/B, then B/A, ...) on the same
+prompt, so drifts of the machine hit both alike; the ratio is taken per repeat.  The
+analytic limit is the ratio of prefill FLOPs (see `flops`), what a perfect
+implementation would reach.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gguf import GGUFReader
+
+from . import data
+from .errors import RidgefillError
+from .ggufio import field_value
+
+
+@dataclass
+class Shape:
+    n_layer: int
+    d: int
+    n_head: int
+    n_kv: int
+    head_dim: int
+    d_ff: int
+    n_vocab: int
+    n_ctx_train: int
+
+    @classmethod
+    def of(cls, model: str | Path) -> "Shape":
+        r = GGUFReader(model)
+        a = field_value(r, "general.architecture")
+        n_head = int(field_value(r, f"{a}.attention.head_count"))
+        d = int(field_value(r, f"{a}.embedding_length"))
+        hd = int(field_value(r, f"{a}.attention.key_length", d // n_head))
+        vocab = len(r.get_field("tokenizer.ggml.tokens").data)
+        return cls(int(field_value(r, f"{a}.block_count")), d, n_head,
+                   int(field_value(r, f"{a}.attention.head_count_kv")), hd,
+                   int(field_value(r, f"{a}.feed_forward_length")), vocab, int(field_value(r, f"{a}.context_length")))
+
+
+def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0) -> float:
+    """Prefill FLOPs of an n-token prompt; with split_layer, tokens in [sink, n - tail) take the approximate path.
+
+    Exact layer, per token at position p: Q/K/V/O projections, attention over p+1 keys, gated FFN.
+    Approximate layer >= split: the map (d×d, none at the split layer itself) and K/V projections only.
+    The output head runs for the last token only.
+    """
+    d_q, d_kv = s.n_head * s.head_dim, s.n_kv * s.head_dim
+    proj = 2 * (s.d * d_q + 2 * s.d * d_kv + d_q * s.d + 3 * s.d * s.d_ff)
+    attn_sum = lambda a, b: 2 * 2 * d_q * (b * (b + 1) - a * (a + 1)) / 2  # noqa: E731  Σ_{p=a}^{b-1} (p+1) keys
+    n_approx = max(0, n - tail - sink) if split_layer is not None else 0
+    total = 2 * s.d * s.n_vocab
+    total += s.n_layer * (n * proj + attn_sum(0, n))
+    if n_approx:
+        late = s.n_layer - split_layer
+        saved = late * (n_approx * proj + attn_sum(sink, sink + n_approx))
+        cost = n_approx * (2 * 2 * s.d * d_kv * late + 2 * s.d * s.d * (late - 1))
+        total += cost - saved
+    return float(total)
+
+
+@dataclass
+class Row:
+    length: int
+    exact_s: float
+    ridgefill_s: float
+    ratio: float
+    ratio_min: float
+    ratio_max: float
+    exact_tok_s: float
+    ridgefill_tok_s: float
+    limit: float
+    of_limit: float
+    filled: int
+
+
+def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
+        threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print) -> dict:
+    from .runtime import Llama
+    shape = Shape.of(model)
+    if max(lengths) > shape.n_ctx_train:
+        raise RidgefillError(f"length {max(lengths)} is beyond the model's context ({shape.n_ctx_train})")
+    n_ctx = max(lengths)
+    llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=n_ctx,
+                n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False)
+    tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
+    if len(tokens) < max(lengths):
+        raise RidgefillError("not enough text for the longest prompt")
+    rows = []
+    llm.set_ridgefill(False)
+    llm.eval(tokens[:64])                                   # warm-up
+    for n in lengths:
+        if tail >= n:
+            raise RidgefillError(f"--tail-tokens {tail} is not shorter than the prompt ({n} tokens)")
+        times = {False: [], True: []}
+        filled = 0
+        for r in range(repeats):
+            for mode in ((False, True) if r % 2 == 0 else (True, False)):
+                llm.set_ridgefill(mode)
+                t0 = time.perf_counter()
+                llm.eval(tokens[:n])
+                times[mode].append(time.perf_counter() - t0)
+                if mode:
+                    filled = llm.ridgefill_counts()[0]
+        ratios = [e / f for e, f in zip(times[False], times[True])]
+        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink)
+        ratio = statistics.median(ratios)
+        rows.append(Row(n, statistics.median(times[False]), statistics.median(times[True]), ratio, min(ratios),
+                        max(ratios), n / statistics.median(times[False]), n / statistics.median(times[True]),
+                        limit, (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled))
+        progress(format_row(rows[-1]))
+    return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "tail_tokens": tail,
+            "sink_tokens": sink, "repeats": repeats, "threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
+            "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
+
+
+HEADER = (f"{'length':>7s} {'exact s':>8s} {'rf s':>8s} {'speedup':>8s} {'(min-max)':>13s} "
+          f"{'exact t/s':>9s} {'rf t/s':>8s} {'limit':>6s} {'of limit':>8s}")
+
+
+def format_row(r: Row) -> str:
+    return (f"{r.length:7d} {r.exact_s:8.2f} {r.ridgefill_s:8.2f} {r.ratio:7.2f}x {r.ratio_min:5.2f}-{r.ratio_max:<5.2f}"
+            f"   {r.exact_tok_s:9.0f} {r.ridgefill_tok_s:8.0f} {r.limit:5.2f}x {100 * r.of_limit:7.0f}%")
+
+
+def save(result: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")

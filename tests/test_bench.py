@@ -1,0 +1,29 @@
+"""The FLOP model behind the analytic speedup limit, against hand-computed cases."""
+import pytest
+
+from ridgefill.bench import Shape, flops
+
+# a toy shape small enough to count by hand: d=4, 2 heads of 2 (1 KV head), FFN 8, vocab 10
+TOY = Shape(n_layer=3, d=4, n_head=2, n_kv=1, head_dim=2, d_ff=8, n_vocab=10, n_ctx_train=64)
+
+
+def test_exact_prefill_by_hand():
+    # per token and layer: 2*(Q 4*4 + K,V 2*4*2 + O 4*4 + FFN 3*4*8) = 2*(16+16+16+96) = 288
+    # attention, per layer: 2*2*4 * (1+2+3) = 96 for 3 tokens; output head 2*4*10 = 80
+    assert flops(TOY, 3) == 3 * (3 * 288 + 96) + 80
+
+
+def test_ridgefill_prefill_by_hand():
+    # 6 tokens, sink 1, tail 2 -> tokens 1..3 approximate from split layer 1 (layers 1, 2)
+    exact = flops(TOY, 6)
+    saved = 2 * (3 * 288 + 2 * 2 * 4 * (2 + 3 + 4))          # layers 1-2 of tokens at positions 1..3
+    cost = 3 * (2 * (2 * 4 * 2) * 2 + 2 * 4 * 4 * 1)          # K/V at layers 1-2, map at layer 2
+    assert flops(TOY, 6, split_layer=1, tail=2, sink=1) == exact - saved + cost
+
+
+def test_smollm2_limits_match_the_issue():
+    smol = Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152, n_ctx_train=8192)
+    lim = lambda s: flops(smol, 8192) / flops(smol, 8192, s, 1024, 4)  # noqa: E731
+    assert lim(15) == pytest.approx(1.6, abs=0.02)
+    assert lim(20) == pytest.approx(1.34, abs=0.02)
+    assert flops(smol, 8192, 20, tail=8192) == flops(smol, 8192)    # all tail: nothing approximate
