@@ -6,6 +6,7 @@
 #include "llama-context.h"
 #include "llama-graph.h"
 #include "llama-kv-cache.h"
+#include "llama-kv-cache-iswa.h"
 #include "llama-model.h"
 
 #include <stdexcept>
@@ -84,6 +85,22 @@ void llm_graph_context::build_ridgefill_store(llm_graph_input_attn_kv * inp, ggm
     ggml_build_forward_expand(gf, inp->mctx->cpy_v(ctx0, v_cur, inp->get_v_idxs(), il));
 }
 
+void llm_graph_context::build_ridgefill_store(llm_graph_input_attn_kv_iswa * inp, ggml_tensor * k_cur,
+                                              ggml_tensor * v_cur, int il) const {
+    const bool is_swa = hparams.is_swa(il);
+    ggml_tensor * k_rot = is_swa ? inp->self_k_rot_swa : inp->self_k_rot;
+    ggml_tensor * v_rot = is_swa ? inp->self_v_rot_swa : inp->self_v_rot;
+    if (k_rot) {
+        k_cur = llama_mul_mat_hadamard(ctx0, k_cur, k_rot);
+    }
+    if (v_rot) {
+        v_cur = llama_mul_mat_hadamard(ctx0, v_cur, v_rot);
+    }
+    const auto * mctx_cur = is_swa ? inp->mctx->get_swa() : inp->mctx->get_base();
+    ggml_build_forward_expand(gf, mctx_cur->cpy_k(ctx0, k_cur, is_swa ? inp->get_k_idxs_swa() : inp->get_k_idxs(), il));
+    ggml_build_forward_expand(gf, mctx_cur->cpy_v(ctx0, v_cur, is_swa ? inp->get_v_idxs_swa() : inp->get_v_idxs(), il));
+}
+
 ggml_tensor * llm_graph_context::build_ridgefill_outputs(ggml_tensor * inpL, ggml_tensor * inp_out_ids, int il) const {
     if (il != n_layer - 1 || !inp_out_ids) {
         return inpL;
@@ -126,8 +143,8 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
     try {
         const llama_model & model = ctx->get_model();
         const std::string arch = llm_arch_name(model.arch);
-        if (arch != "llama") {
-            return fail("architecture " + arch + " does not support RidgeFill yet (supported: llama)");
+        if (arch != "llama" && arch != "gemma3") {
+            return fail("architecture " + arch + " does not support RidgeFill yet (supported: llama, gemma3)");
         }
         const auto & cp = ctx->get_cparams();
         if (!cp.kv_unified && cp.n_seq_max > 1) {

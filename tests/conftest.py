@@ -57,3 +57,13 @@ def prose_tokens(smollm2):
     toks = llm.tokenize(data.text("shakespeare")[:12000].encode())[:1200]
     del llm
     return toks
+
+
+@pytest.fixture(scope="session")
+def gemma_maps(gemma3, tmp_path_factory) -> Path:
+    """Gemma 3 270M maps at split layer 12 (of 18) from a small Brown budget."""
+    from ridgefill.calibrate import CalibConfig, calibrate
+    out = tmp_path_factory.mktemp("maps") / "gemma3-s12.gguf"
+    calibrate(CalibConfig(model=gemma3, split_layer=12, corpus="brown", tokens=4096, ctx=512,
+                          threads=n_threads(), progress=False), out)
+    return out

@@ -94,7 +94,7 @@ def test_predicted_layer_inputs_equal_the_maps(smollm2, maps20, prose_tokens):
 
 
 def test_bad_maps_and_settings_are_refused(smollm2, gemma3, maps20, tmp_path):
-    with pytest.raises(RidgefillError, match="architecture gemma3 does not support RidgeFill yet"):
+    with pytest.raises(RidgefillError, match="maps for a 30-layer model, this model has 18"):
         ridgefill.Llama(str(gemma3), maps_path=str(maps20), n_ctx=256, verbose=False)
     other = tmp_path / "other.gguf"             # same architecture and shapes, other weights
     data = bytearray(smollm2.read_bytes())
@@ -131,3 +131,29 @@ def test_augmented_model_loads_and_runs(smollm2, maps20, tmp_path, prose_tokens)
     llm.set_ridgefill(True)
     llm.eval(prose_tokens[:500])
     assert llm.ridgefill_counts() == (500 - 200 - 4, 204)
+
+
+def test_gemma3_sliding_window_prompt(gemma3, gemma_maps):
+    """Gemma 3: sliding-window (512) and global layers; a 1,500-token prompt crosses the window."""
+    from ridgefill import data
+    ctx = dict(CTX, n_ctx=2048)
+    stock = StockLlama(model_path=str(gemma3), **ctx)
+    toks = stock.tokenize(data.text("shakespeare")[:20000].encode())[:1500]
+    stock.eval(toks)
+    want = logits_last(stock)
+    del stock
+    llm = ridgefill.Llama(str(gemma3), maps_path=str(gemma_maps), tail_tokens=256, **ctx)
+    llm.set_ridgefill(False)
+    llm.eval(toks)
+    np.testing.assert_array_equal(logits_last(llm), want)          # off: bit-identical to stock
+    llm.set_ridgefill(True)
+    llm.eval(toks)
+    assert llm.ridgefill_counts() == (1500 - 256 - 4, 260)
+    on = logits_last(llm)
+    p, q = np.exp(want - want.max()), np.exp(on - on.max())
+    p, q = p / p.sum(), q / q.sum()
+    assert (p * np.log(p / q)).sum() < 0.5 and on.argmax() == want.argmax()
+    llm.n_batch = 400                                               # the same prompt in four batches
+    llm.reset()
+    llm.eval(toks)
+    np.testing.assert_allclose(logits_last(llm), on, rtol=1e-4, atol=1e-3)

@@ -140,7 +140,7 @@ def test_openai_client_completions_and_chat(srv, long_prompt):
 
 def test_server_refuses_bad_maps_and_flags(smollm2, gemma3, maps20, tmp_path):
     cases = [
-        ((gemma3, "--ridgefill-maps", str(maps20)), "does not support RidgeFill"),
+        ((gemma3, "--ridgefill-maps", str(maps20)), "maps for a 30-layer model"),
         ((smollm2, "--ridgefill"), "holds no RidgeFill maps"),
         ((smollm2, "--ridgefill-maps", str(tmp_path / "none.gguf")), "cannot read"),
         ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-tail", "0"), "--ridgefill-tail must be >= 1"),
