@@ -43,6 +43,10 @@ class Llama(llama_cpp.Llama):
         check(h.llama_ridgefill_set_sink_tokens(self.ctx, sink_tokens))
         self.set_ridgefill(ridgefill)
 
+    def __del__(self):
+        if hasattr(self, "_stack"):  # not when __init__ refused its arguments before the model was loaded
+            super().__del__()
+
     @property
     def split_layer(self) -> int:
         return lib().llama_ridgefill_split_layer(self.ctx)
