@@ -67,3 +67,26 @@ def gemma_maps(gemma3, tmp_path_factory) -> Path:
     calibrate(CalibConfig(model=gemma3, split_layer=12, corpus="brown", tokens=4096, ctx=512,
                           threads=n_threads(), progress=False), out)
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen2_smollm(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2's weights relabelled as a `qwen2` model: loads and runs, but RidgeFill does not support qwen2."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    out = tmp_path_factory.mktemp("qwen2") / "smollm2-as-qwen2.gguf"
+    r = GGUFReader(smollm2)
+    w = GGUFWriter(out, arch="qwen2")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(f.name.replace("llama.", "qwen2.", 1), f.contents(), f.types[0], sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data)
+    w.close()
+    return out

@@ -93,7 +93,9 @@ def test_predicted_layer_inputs_equal_the_maps(smollm2, maps20, prose_tokens):
         assert not np.allclose(got[l][:4], got[20][:4] @ m.weights[l].T + m.biases[l], atol=1e-2)  # sink rows exact
 
 
-def test_bad_maps_and_settings_are_refused(smollm2, gemma3, maps20, tmp_path):
+def test_bad_maps_and_settings_are_refused(smollm2, gemma3, qwen2_smollm, maps20, tmp_path):
+    with pytest.raises(RidgefillError, match="architecture qwen2 does not support RidgeFill yet"):
+        ridgefill.Llama(str(qwen2_smollm), maps_path=str(maps20), n_ctx=256, verbose=False)
     with pytest.raises(RidgefillError, match="maps for a 30-layer model, this model has 18"):
         ridgefill.Llama(str(gemma3), maps_path=str(maps20), n_ctx=256, verbose=False)
     other = tmp_path / "other.gguf"             # same architecture and shapes, other weights

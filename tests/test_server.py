@@ -138,8 +138,9 @@ def test_openai_client_completions_and_chat(srv, long_prompt):
     assert text
 
 
-def test_server_refuses_bad_maps_and_flags(smollm2, gemma3, maps20, tmp_path):
+def test_server_refuses_bad_maps_and_flags(smollm2, gemma3, qwen2_smollm, maps20, tmp_path):
     cases = [
+        ((qwen2_smollm, "--ridgefill-maps", str(maps20)), "architecture qwen2 does not support RidgeFill"),
         ((gemma3, "--ridgefill-maps", str(maps20)), "maps for a 30-layer model"),
         ((smollm2, "--ridgefill"), "holds no RidgeFill maps"),
         ((smollm2, "--ridgefill-maps", str(tmp_path / "none.gguf")), "cannot read"),

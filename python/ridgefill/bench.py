@@ -131,3 +131,18 @@ def format_row(r: Row) -> str:
 
 def save(result: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def markdown(result: dict) -> str:
+    """A result of `run` as a Markdown table."""
+    lines = [f"`{Path(result['model']).name}`, split layer {result['split_layer']}, tail {result['tail_tokens']}, "
+             f"sink {result['sink_tokens']}, {result['repeats']} interleaved repeats, threads {result['threads'] or 'all'}, "
+             f"maps {result['maps_bytes'] / 2**20:.1f} MiB", "",
+             "| prompt | exact TTFT s | RidgeFill TTFT s | speedup (min–max) | exact tok/s | RidgeFill tok/s "
+             "| FLOP limit | of limit | filled tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['length']} | {r['exact_s']:.2f} | {r['ridgefill_s']:.2f} | {r['ratio']:.2f}× "
+                     f"({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) | {r['exact_tok_s']:.0f} | {r['ridgefill_tok_s']:.0f} "
+                     f"| {r['limit']:.2f}× | {100 * r['of_limit']:.0f}% | {r['filled']} |")
+    return "\n".join(lines)
