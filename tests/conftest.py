@@ -31,15 +31,17 @@ def n_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-@pytest.fixture(scope="session")
-def maps20(smollm2, tmp_path_factory) -> Path:
-    """SmolLM2 maps at split layer 20 from a small Brown budget, shared by the tests of a session."""
+def _calibrated(model: Path, split_layer: int, tokens: int, out: Path) -> Path:
     from ridgefill.calibrate import CalibConfig, calibrate
-    out = tmp_path_factory.mktemp("maps") / "smollm2-s20.gguf"
-    calibrate(CalibConfig(model=smollm2, split_layer=20, corpus="brown", tokens=6144, ctx=512,
+    calibrate(CalibConfig(model=model, split_layer=split_layer, corpus="brown", tokens=tokens, ctx=512,
                           threads=n_threads(), progress=False), out)
     return out
 
+
+@pytest.fixture(scope="session")
+def maps20(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2 maps at split layer 20 from a small Brown budget, shared by the tests of a session."""
+    return _calibrated(smollm2, 20, 6144, tmp_path_factory.mktemp("maps") / "smollm2-s20.gguf")
 
 def logits_last(llm) -> "np.ndarray":
     import numpy as np
@@ -62,12 +64,7 @@ def prose_tokens(smollm2):
 @pytest.fixture(scope="session")
 def gemma_maps(gemma3, tmp_path_factory) -> Path:
     """Gemma 3 270M maps at split layer 12 (of 18) from a small Brown budget."""
-    from ridgefill.calibrate import CalibConfig, calibrate
-    out = tmp_path_factory.mktemp("maps") / "gemma3-s12.gguf"
-    calibrate(CalibConfig(model=gemma3, split_layer=12, corpus="brown", tokens=4096, ctx=512,
-                          threads=n_threads(), progress=False), out)
-    return out
-
+    return _calibrated(gemma3, 12, 4096, tmp_path_factory.mktemp("maps") / "gemma3-s12.gguf")
 
 @pytest.fixture(scope="session")
 def qwen2_smollm(smollm2, tmp_path_factory) -> Path:
