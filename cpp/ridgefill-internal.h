@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,11 +32,6 @@ struct ridgefill_maps {
     size_t n_bytes = 0;
 
     ~ridgefill_maps();
-};
-
-// Debug modes for attributing the error (off by default; not implemented in the graph yet).
-enum ridgefill_splice : int32_t {
-    RIDGEFILL_SPLICE_NONE = 0,
 };
 
 // Per-context RidgeFill state, set through the C API in ridgefill.h.

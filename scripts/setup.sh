@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 mkdir -p build
-echo "building the fork (first build: ~30 min on 2 cores; log: build/pip-install.log)"
+echo "building the fork (first build: about 10 min on 2 cores; log: build/pip-install.log)"
 if ! .venv/bin/python -m pip install -v ".[test,plot]" > build/pip-install.log 2>&1; then
     grep -E "error|Error|ERROR" build/pip-install.log | tail -n 40 >&2
     echo "setup.sh: building/installing the fork failed; see build/pip-install.log" >&2
