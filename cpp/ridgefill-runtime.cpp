@@ -143,8 +143,8 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
     try {
         const llama_model & model = ctx->get_model();
         const std::string arch = llm_arch_name(model.arch);
-        if (arch != "llama" && arch != "gemma3") {
-            return fail("architecture " + arch + " does not support RidgeFill yet (supported: llama, gemma3)");
+        if (arch != "llama" && arch != "qwen3" && arch != "gemma3") {
+            return fail("architecture " + arch + " does not support RidgeFill yet (supported: llama, qwen3, gemma3)");
         }
         const auto & cp = ctx->get_cparams();
         if (!cp.kv_unified && cp.n_seq_max > 1) {

@@ -66,24 +66,48 @@ def gemma_maps(gemma3, tmp_path_factory) -> Path:
     """Gemma 3 270M maps at split layer 12 (of 18) from a small Brown budget."""
     return _calibrated(gemma3, 12, 4096, tmp_path_factory.mktemp("maps") / "gemma3-s12.gguf")
 
-@pytest.fixture(scope="session")
-def qwen2_smollm(smollm2, tmp_path_factory) -> Path:
-    """SmolLM2's weights relabelled as a `qwen2` model: loads and runs, but RidgeFill does not support qwen2."""
+def relabel(src: Path, out: Path, arch: str, extra_tensors=None) -> Path:
+    """A copy of a llama-arch GGUF as another architecture (same weights), plus `extra_tensors` {name: array}."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
-    out = tmp_path_factory.mktemp("qwen2") / "smollm2-as-qwen2.gguf"
-    r = GGUFReader(smollm2)
-    w = GGUFWriter(out, arch="qwen2")
+    r = GGUFReader(src)
+    w = GGUFWriter(out, arch=arch)
     for f in r.fields.values():
         if f.name.startswith("GGUF.") or f.name == "general.architecture":
             continue
         sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-        w.add_key_value(f.name.replace("llama.", "qwen2.", 1), f.contents(), f.types[0], sub_type=sub)
+        w.add_key_value(f.name.replace("llama.", arch + ".", 1), f.contents(), f.types[0], sub_type=sub)
     for t in r.tensors:
         w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.tensor_type)
+    extra = extra_tensors or {}
+    for name, a in extra.items():
+        w.add_tensor_info(name, a.shape, a.dtype, a.nbytes)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for t in r.tensors:
         w.write_tensor_data(t.data)
+    for a in extra.values():
+        w.write_tensor_data(a)
     w.close()
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen2_smollm(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2's weights relabelled as a `qwen2` model: loads and runs, but RidgeFill does not support qwen2."""
+    return relabel(smollm2, tmp_path_factory.mktemp("qwen2") / "smollm2-as-qwen2.gguf", "qwen2")
+
+
+@pytest.fixture(scope="session")
+def qwen3_synthetic(smollm2, tmp_path_factory) -> Path:
+    """A synthetic qwen3 model: SmolLM2's weights plus per-head q/k RMS-norm weights (random, near 1)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    norms = {f"blk.{i}.attn_{qk}_norm.weight": (1 + 0.1 * rng.standard_normal(64)).astype(np.float32)
+             for i in range(30) for qk in "qk"}
+    return relabel(smollm2, tmp_path_factory.mktemp("qwen3") / "synthetic-qwen3.gguf", "qwen3", norms)
+
+
+@pytest.fixture(scope="session")
+def qwen3_maps(qwen3_synthetic, tmp_path_factory) -> Path:
+    return _calibrated(qwen3_synthetic, 20, 2048, tmp_path_factory.mktemp("maps") / "qwen3-s20.gguf")

@@ -159,3 +159,36 @@ def test_gemma3_sliding_window_prompt(gemma3, gemma_maps):
     llm.reset()
     llm.eval(toks)
     np.testing.assert_allclose(logits_last(llm), on, rtol=1e-4, atol=1e-3)
+
+
+def test_qwen3_synthetic(qwen3_synthetic, qwen3_maps, prose_tokens):
+    """qwen3 (q/k norms before RoPE), on a synthetic model: off = stock, on = maps, chunked = one batch."""
+    stock = StockLlama(model_path=str(qwen3_synthetic), **CTX)
+    stock.eval(prose_tokens[:700])
+    want = logits_last(stock)
+    del stock
+    llm = ridgefill.Llama(str(qwen3_synthetic), maps_path=str(qwen3_maps), tail_tokens=200, **CTX)
+    llm.set_ridgefill(False)
+    llm.eval(prose_tokens[:700])
+    np.testing.assert_array_equal(logits_last(llm), want)
+    h_ = lib()
+    for l in (20, 27):
+        assert h_.llama_ridgefill_capture_layer_input(llm.ctx, l, True)
+    llm.set_ridgefill(True)
+    llm.eval(prose_tokens[:700])
+    assert llm.ridgefill_counts() == (700 - 200 - 4, 204)
+    one = logits_last(llm)
+    m = read_maps(qwen3_maps)
+    llm.n_batch = 250                       # the last batch holds only tail rows; check the maps on a fresh run
+    llm.reset()
+    llm.eval(prose_tokens[:250])           # 4 sink + 46 approximate rows + 200 tail rows
+    got = {l: np.ctypeslib.as_array(h_.llama_ridgefill_layer_input(llm.ctx, l), shape=(250, 576)).copy()
+           for l in (20, 27)}
+    llm.reset()
+    llm.tail_tokens = 200
+    llm.eval(prose_tokens[:700])
+    np.testing.assert_allclose(logits_last(llm), one, rtol=1e-4, atol=1e-3)
+    assert llm.ridgefill_counts() == (700 - 200 - 4, 204)
+    h = got[20][4:46].astype(np.float64)
+    want27 = h @ m.weights[27].T.astype(np.float64) + m.biases[27]
+    np.testing.assert_allclose(got[27][4:46], want27, rtol=1e-3, atol=1e-3 * np.abs(want27).max())
