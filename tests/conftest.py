@@ -67,28 +67,12 @@ def gemma_maps(gemma3, tmp_path_factory) -> Path:
     return _calibrated(gemma3, 12, 4096, tmp_path_factory.mktemp("maps") / "gemma3-s12.gguf")
 
 def relabel(src: Path, out: Path, arch: str, extra_tensors=None) -> Path:
-    """A copy of a llama-arch GGUF as another architecture (same weights), plus `extra_tensors` {name: array}."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
-    r = GGUFReader(src)
-    w = GGUFWriter(out, arch=arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-        w.add_key_value(f.name.replace("llama.", arch + ".", 1), f.contents(), f.types[0], sub_type=sub)
-    for t in r.tensors:
-        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.tensor_type)
-    extra = extra_tensors or {}
-    for name, a in extra.items():
-        w.add_tensor_info(name, a.shape, a.dtype, a.nbytes)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for t in r.tensors:
-        w.write_tensor_data(t.data)
-    for a in extra.values():
-        w.write_tensor_data(a)
-    w.close()
+    """A copy of a llama-arch GGUF as another architecture (same weights), plus `extra_tensors` {name: f32 array}."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    from ridgefill.ggufio import copy_gguf
+    copy_gguf(GGUFReader(src), out, arch=arch, rename_key=lambda k: k.replace("llama.", arch + ".", 1),
+              extra_tensors=[(n, a, GGMLQuantizationType.F32) for n, a in (extra_tensors or {}).items()])
     return out
 
 

@@ -206,11 +206,38 @@ def check_maps_match(model_reader: GGUFReader, model_path: Path, m: MapFile, map
                              f"not for {model_path} ({fp[:19]}…)")
 
 
-def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) -> None:
-    """Write MODEL + maps as one augmented GGUF: the model's keys and tensors unchanged, ridgefill ones added.
+def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, rename_key=lambda k: k,
+              add_keys=None, extra_tensors=()) -> None:
+    """Stream a GGUF into `path`: every key (renamed by `rename_key`) and tensor of `reader` unchanged,
+    then `add_keys(writer)` and the `extra_tensors` [(name, array, GGMLQuantizationType)].
 
-    Tensor data is streamed from the memory-mapped model, so the model is never loaded into RAM.
+    Tensor data is written from the memory-mapped source, so a model is never loaded into RAM.
     """
+    w = GGUFWriter(path, arch=arch or field_value(reader, "general.architecture"))
+    w.data_alignment = int(field_value(reader, "general.alignment", w.data_alignment))
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(rename_key(f.name), f.contents(), f.types[0], sub_type=sub)
+    if add_keys:
+        add_keys(w)
+    for t in reader.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.tensor_type)
+    for name, data, qtype in extra_tensors:
+        w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in reader.tensors:
+        w.write_tensor_data(t.data)
+    for _, data, _ in extra_tensors:
+        w.write_tensor_data(data)
+    w.close()
+
+
+def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) -> None:
+    """Write MODEL + maps as one augmented GGUF: the model's keys and tensors unchanged, ridgefill ones added."""
     model_path, maps_path = check_gguf(model_path), check_gguf(maps_path)
     if Path(out_path).resolve() in (model_path.resolve(), maps_path.resolve()):
         raise RidgefillError("the output must not overwrite an input")
@@ -219,29 +246,8 @@ def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) 
     if any(t.name.startswith(PREFIX) for t in mr.tensors):
         raise RidgefillError(f"{model_path} already holds RidgeFill maps; export from the base model")
     check_maps_match(mr, model_path, m, maps_path)
-    arch = field_value(mr, "general.architecture")
     with _AtomicOutput(out_path) as tmp:
-        w = GGUFWriter(tmp, arch=arch)
-        w.data_alignment = int(field_value(mr, "general.alignment", w.data_alignment))
-        for f in mr.fields.values():
-            if f.name.startswith("GGUF.") or f.name == "general.architecture":
-                continue
-            sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-            w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
-        _add_keys(w, m)
-        for t in mr.tensors:
-            w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.tensor_type)
-        extra = _map_tensors(m)
-        for name, data, qtype in extra:
-            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=qtype)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        for t in mr.tensors:
-            w.write_tensor_data(t.data)
-        for _, data, _ in extra:
-            w.write_tensor_data(data)
-        w.close()
+        copy_gguf(mr, tmp, add_keys=lambda w: _add_keys(w, m), extra_tensors=_map_tensors(m))
 
 
 def info_text(path: str | Path) -> str:
