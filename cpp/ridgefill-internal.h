@@ -34,6 +34,10 @@ struct ridgefill_maps {
     ~ridgefill_maps();
 };
 
+// Splice debug modes: approximate tokens also run the exact late layers, and the cache keeps
+// the exact K (k), V (v), both (kv), or predicted K rescaled to the exact per-head norms (kscale).
+enum class ridgefill_splice : uint8_t { none, k, v, kv, kscale };
+
 // Per-context RidgeFill state, set through the C API in ridgefill.h.
 struct ridgefill_context {
     std::shared_ptr<ridgefill_maps> maps;
@@ -43,15 +47,34 @@ struct ridgefill_context {
 
     // tokens per sequence that took each path since the last reset
     std::map<llama_seq_id, int64_t> n_approx, n_exact;
+
+    // splice: the pass now running and what earlier passes recorded for the current ubatch
+    ridgefill_splice splice = ridgefill_splice::none;
+    int pass = 0;
+    std::vector<std::vector<float>> exact_inp;   // [n_layer] exact layer inputs, n_embd x n_tokens
+    std::vector<std::vector<float>> exact_knorm; // [n_layer] exact per-head K norms, n_head_kv x n_tokens
 };
 
 // What a graph needs to know: non-null maps only when the ubatch takes the approximate path.
+// The other fields describe a splice pass; their defaults are the normal paths.
 struct ridgefill_graph {
     const ridgefill_maps * maps = nullptr;
     int32_t split_layer = -1;
 
+    const ridgefill_context * rf = nullptr; // splice passes: the recorded exact inputs and norms
+    bool record_inp  = false; // exact graph that keeps its late layer inputs as outputs
+    bool exact_inp   = false; // fill from the recorded exact inputs instead of W h + b
+    bool store_k     = true;  // fill-only layers write K ...
+    bool store_v     = true;  // ... and V
+    bool record_norm = false; // output the per-head norms of K
+    bool rescale_k   = false; // rescale K to the recorded norms
+
     bool approx() const { return maps != nullptr; }
-    bool operator==(const ridgefill_graph & o) const { return maps == o.maps && split_layer == o.split_layer; }
+    bool operator==(const ridgefill_graph & o) const {
+        return maps == o.maps && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
+               exact_inp == o.exact_inp && store_k == o.store_k && store_v == o.store_v &&
+               record_norm == o.record_norm && rescale_k == o.rescale_k;
+    }
     bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
 };
 
@@ -67,6 +90,14 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
 
 // Counts the tokens of a processed ubatch per sequence and path.
 void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch);
+
+// Splice passes of a ubatch (1 unless a splice mode is on and the ubatch is approximate), and the
+// hooks around each: which graph the pass builds, and what it leaves for the next pass.
+struct llm_graph_result;
+int  ridgefill_n_passes(const ridgefill_context * rf, const llama_ubatch & ubatch);
+void ridgefill_begin_pass(ridgefill_context * rf, int pass);
+void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, const llm_graph_result * res,
+                        ggml_backend_sched_t sched);
 
 // The one function through which every map product goes: W h + b (the fused CUDA kernel replaces it).
 ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * h);

@@ -9,7 +9,10 @@
 #include "llama-kv-cache-iswa.h"
 #include "llama-model.h"
 
+#include <cmath>
+#include <map>
 #include <stdexcept>
+#include <string>
 
 // ---- the path of a token ---------------------------------------------------------------------
 
@@ -45,7 +48,30 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
     if (!rf || !rf->maps || !ubatch.ridgefill_approx) {
         return {};
     }
-    return {rf->maps.get(), rf->maps->split_layer};
+    ridgefill_graph g;
+    g.maps        = rf->maps.get();
+    g.split_layer = rf->maps->split_layer;
+    if (rf->splice == ridgefill_splice::none) {
+        return g;
+    }
+    // splice passes (ridgefill_n_passes): 0 exact, 1 fill from exact inputs, 2 fill from predicted inputs
+    using S = ridgefill_splice;
+    const S m = rf->splice;
+    g.rf = rf;
+    if (rf->pass == 0) {
+        g.maps       = nullptr;  // the exact graph, keeping its late layer inputs
+        g.record_inp = true;
+    } else if (rf->pass == 1) {
+        g.exact_inp   = true;
+        g.store_k     = m == S::k || m == S::kv;
+        g.store_v     = m == S::v || m == S::kv;
+        g.record_norm = m == S::kscale;
+    } else {
+        g.store_k   = m == S::v || m == S::kscale;
+        g.store_v   = m == S::k || m == S::kscale;
+        g.rescale_k = m == S::kscale;
+    }
+    return g;
 }
 
 void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch) {
@@ -58,11 +84,125 @@ void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch) {
     }
 }
 
-// ---- graph helpers (declared on llm_graph_context by ggml-patches/0007) ----------------------------
+// ---- splice passes ----------------------------------------------------------------------------
+//
+// With a splice mode on, an approximate ubatch runs as (ggml-patches/0011):
+//   pass 0  the exact graph; its late layer inputs are copied to the host;
+//   pass 1  the fill-only graph on those exact inputs: stores exact K (k, kv) and/or V (v, kv), or
+//           only reports the exact per-head K norms (kscale);
+//   pass 2  the fill-only graph on the predicted inputs: stores what pass 1 left (not run for kv),
+//           K rescaled to the recorded norms for kscale.
+// All passes write the cells chosen once for the ubatch.  Pass 0 attends to the cache as earlier
+// ubatches left it, so with k, v or kscale its exact inputs are exact only for the first
+// approximate ubatch: the eval harness puts the whole filled region in one ubatch.
+
+int ridgefill_n_passes(const ridgefill_context * rf, const llama_ubatch & ubatch) {
+    if (!rf || !rf->maps || rf->splice == ridgefill_splice::none || !ubatch.ridgefill_approx) {
+        return 1;
+    }
+    return rf->splice == ridgefill_splice::kv ? 2 : 3;
+}
+
+void ridgefill_begin_pass(ridgefill_context * rf, int pass) {
+    if (rf) {
+        rf->pass = pass;
+    }
+}
+
+// A recorded tensor is a copy made for the purpose: a new node, so the graph allocator plans this graph
+// afresh (it reuses the last plan for a graph with as many nodes, whose buffers may overlap an output).
+static ggml_tensor * record(const llm_graph_context & g, ggml_tensor * t, const char * name, int il) {
+    ggml_tensor * rec = ggml_cont(g.ctx0, t);
+    ggml_format_name(rec, "%s-%d", name, il);
+    ggml_set_output(rec);
+    ggml_build_forward_expand(g.gf, rec);
+    return rec;
+}
+
+static ggml_tensor * graph_output(const llm_graph_result * res, const char * name, int il) {
+    const std::string full = std::string(name) + "-" + std::to_string(il);
+    return ggml_graph_get_tensor(res->get_gf(), full.c_str());
+}
+
+static void read_output(ggml_tensor * t, std::vector<float> & dst) {
+    GGML_ASSERT(t && t->type == GGML_TYPE_F32 && ggml_is_contiguous(t));
+    dst.resize(ggml_nelements(t));
+    ggml_backend_tensor_get(t, dst.data(), 0, ggml_nbytes(t));
+}
+
+void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, const llm_graph_result * res,
+                        ggml_backend_sched_t sched) {
+    if (ridgefill_n_passes(rf, ubatch) == 1 || rf->pass > 1) {
+        return;
+    }
+    ggml_backend_sched_synchronize(sched);
+    const int s = rf->maps->split_layer, n_layer = rf->maps->n_layer;
+    if (rf->pass == 0) {
+        rf->exact_inp.resize(n_layer);
+        for (int il = s + 1; il < n_layer; ++il) {
+            read_output(graph_output(res, "ridgefill_rec_inp", il), rf->exact_inp[il]);
+        }
+    } else if (rf->splice == ridgefill_splice::kscale) {
+        rf->exact_knorm.resize(n_layer);
+        for (int il = s; il < n_layer; ++il) {
+            read_output(graph_output(res, "ridgefill_rec_knorm", il), rf->exact_knorm[il]);
+        }
+    }
+}
+
+// a graph input filled from host memory recorded by an earlier pass
+class ridgefill_host_input : public llm_graph_input_i {
+public:
+    ridgefill_host_input(ggml_tensor * t, const std::vector<float> & src) : t(t), src(src) {}
+    void set_input(const llama_ubatch * /*ubatch*/) override {
+        GGML_ASSERT(src.size() == (size_t) ggml_nelements(t) && "splice pass recorded another ubatch");
+        ggml_backend_tensor_set(t, src.data(), 0, ggml_nbytes(t));
+    }
+private:
+    ggml_tensor * t;
+    const std::vector<float> & src;
+};
+
+static ggml_tensor * host_input(const llm_graph_context & g, const std::vector<float> & src, int64_t ne0,
+                                int64_t ne1, int64_t ne2, const char * name, int il) {
+    ggml_tensor * t = ggml_new_tensor_3d(g.ctx0, GGML_TYPE_F32, ne0, ne1, ne2);
+    ggml_set_input(t);
+    ggml_format_name(t, "%s-%d", name, il);
+    g.res->add_input(std::make_unique<ridgefill_host_input>(t, src));
+    return t;
+}
+
+static ggml_tensor * head_norms(ggml_context * ctx, ggml_tensor * k) {  // k: [head_dim, n_head, n_tokens]
+    return ggml_sqrt(ctx, ggml_sum_rows(ctx, ggml_sqr(ctx, k)));
+}
+
+// What a fill-only layer writes in a splice pass: K and V as given, rescaled, or nothing (nullptr).
+static void splice_kv(const llm_graph_context & g, ggml_tensor *& k, ggml_tensor *& v, int il) {
+    const ridgefill_graph & rg = g.ridgefill;
+    if (rg.record_norm) {
+        record(g, head_norms(g.ctx0, k), "ridgefill_rec_knorm", il);
+    }
+    if (rg.rescale_k) {
+        ggml_tensor * target = host_input(g, rg.rf->exact_knorm[il], 1, k->ne[1], k->ne[2], "ridgefill_exact_knorm", il);
+        ggml_tensor * own    = ggml_clamp(g.ctx0, head_norms(g.ctx0, k), 1e-20f, 1e30f);
+        k = ggml_mul(g.ctx0, k, ggml_div(g.ctx0, target, own));
+    }
+    k = rg.store_k ? k : nullptr;
+    v = rg.store_v ? v : nullptr;
+}
+
+// ---- graph helpers (declared on llm_graph_context by ggml-patches/0006) ----------------------------
 
 ggml_tensor * llm_graph_context::build_ridgefill_input(ggml_tensor * inpL, int il) const {
+    if (ridgefill.record_inp && il > ridgefill.split_layer) {
+        record(*this, inpL, "ridgefill_rec_inp", il);  // splice pass 0: the exact input of a late layer
+        return inpL;
+    }
     if (!ridgefill.approx() || il <= ridgefill.split_layer) {
         return inpL;  // exact path, or the split layer itself (its input is h)
+    }
+    if (ridgefill.exact_inp) {  // splice pass 1: the exact input recorded by pass 0
+        return host_input(*this, ridgefill.rf->exact_inp[il], hparams.n_embd, n_tokens, 1, "ridgefill_exact_inp", il);
     }
     ggml_tensor * x = ridgefill_map_apply(ctx0, *ridgefill.maps, il, inpL);  // inpL stays h on this path
     cb(x, "ridgefill_inp", il);
@@ -75,30 +215,38 @@ bool llm_graph_context::ridgefill_fill_only(int il) const {
 
 void llm_graph_context::build_ridgefill_store(llm_graph_input_attn_kv * inp, ggml_tensor * k_cur,
                                               ggml_tensor * v_cur, int il) const {
-    if (inp->self_k_rot) {
-        k_cur = llama_mul_mat_hadamard(ctx0, k_cur, inp->self_k_rot);
+    splice_kv(*this, k_cur, v_cur, il);
+    if (k_cur) {
+        if (inp->self_k_rot) {
+            k_cur = llama_mul_mat_hadamard(ctx0, k_cur, inp->self_k_rot);
+        }
+        ggml_build_forward_expand(gf, inp->mctx->cpy_k(ctx0, k_cur, inp->get_k_idxs(), il));
     }
-    if (inp->self_v_rot) {
-        v_cur = llama_mul_mat_hadamard(ctx0, v_cur, inp->self_v_rot);
+    if (v_cur) {
+        if (inp->self_v_rot) {
+            v_cur = llama_mul_mat_hadamard(ctx0, v_cur, inp->self_v_rot);
+        }
+        ggml_build_forward_expand(gf, inp->mctx->cpy_v(ctx0, v_cur, inp->get_v_idxs(), il));
     }
-    ggml_build_forward_expand(gf, inp->mctx->cpy_k(ctx0, k_cur, inp->get_k_idxs(), il));
-    ggml_build_forward_expand(gf, inp->mctx->cpy_v(ctx0, v_cur, inp->get_v_idxs(), il));
 }
 
 void llm_graph_context::build_ridgefill_store(llm_graph_input_attn_kv_iswa * inp, ggml_tensor * k_cur,
                                               ggml_tensor * v_cur, int il) const {
+    splice_kv(*this, k_cur, v_cur, il);
     const bool is_swa = hparams.is_swa(il);
-    ggml_tensor * k_rot = is_swa ? inp->self_k_rot_swa : inp->self_k_rot;
-    ggml_tensor * v_rot = is_swa ? inp->self_v_rot_swa : inp->self_v_rot;
-    if (k_rot) {
-        k_cur = llama_mul_mat_hadamard(ctx0, k_cur, k_rot);
-    }
-    if (v_rot) {
-        v_cur = llama_mul_mat_hadamard(ctx0, v_cur, v_rot);
-    }
     const auto * mctx_cur = is_swa ? inp->mctx->get_swa() : inp->mctx->get_base();
-    ggml_build_forward_expand(gf, mctx_cur->cpy_k(ctx0, k_cur, is_swa ? inp->get_k_idxs_swa() : inp->get_k_idxs(), il));
-    ggml_build_forward_expand(gf, mctx_cur->cpy_v(ctx0, v_cur, is_swa ? inp->get_v_idxs_swa() : inp->get_v_idxs(), il));
+    if (k_cur) {
+        if (ggml_tensor * k_rot = is_swa ? inp->self_k_rot_swa : inp->self_k_rot) {
+            k_cur = llama_mul_mat_hadamard(ctx0, k_cur, k_rot);
+        }
+        ggml_build_forward_expand(gf, mctx_cur->cpy_k(ctx0, k_cur, is_swa ? inp->get_k_idxs_swa() : inp->get_k_idxs(), il));
+    }
+    if (v_cur) {
+        if (ggml_tensor * v_rot = is_swa ? inp->self_v_rot_swa : inp->self_v_rot) {
+            v_cur = llama_mul_mat_hadamard(ctx0, v_cur, v_rot);
+        }
+        ggml_build_forward_expand(gf, mctx_cur->cpy_v(ctx0, v_cur, is_swa ? inp->get_v_idxs_swa() : inp->get_v_idxs(), il));
+    }
 }
 
 ggml_tensor * llm_graph_context::build_ridgefill_outputs(ggml_tensor * inpL, ggml_tensor * inp_out_ids, int il) const {
@@ -172,6 +320,19 @@ int32_t llama_ridgefill_set_sink_tokens(llama_context * ctx, int32_t n) {
         return fail("sink_tokens must be >= 0");
     }
     state(ctx).sink_tokens = n;
+    return 0;
+}
+
+int32_t llama_ridgefill_set_splice(llama_context * ctx, const char * mode) {
+    static const std::map<std::string, ridgefill_splice> modes = {
+        {"", ridgefill_splice::none}, {"none", ridgefill_splice::none}, {"k", ridgefill_splice::k},
+        {"v", ridgefill_splice::v},   {"kv", ridgefill_splice::kv},     {"kscale", ridgefill_splice::kscale},
+    };
+    const auto it = modes.find(mode ? mode : "");
+    if (it == modes.end()) {
+        return fail(std::string("unknown splice mode '") + mode + "' (none, k, v, kv, kscale)");
+    }
+    state(ctx).splice = it->second;
     return 0;
 }
 

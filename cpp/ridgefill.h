@@ -42,6 +42,12 @@ LLAMA_API int32_t llama_ridgefill_set_enabled(struct llama_context * ctx, bool e
 LLAMA_API int32_t llama_ridgefill_set_sink_tokens(struct llama_context * ctx, int32_t n);
 // Where the exact tail of a sequence begins; pos < 0 forgets it (the sequence is then all exact).
 LLAMA_API int32_t llama_ridgefill_set_exact_from(struct llama_context * ctx, llama_seq_id seq_id, llama_pos pos);
+// Debug (off by default): splice mode "k", "v", "kv", "kscale" or "none".  Approximate tokens then also
+// run the exact late layers, and the cache keeps exact K, exact V, both, or the predicted K rescaled to
+// the exact per-head norms.  With "kv" the cache equals an exact run's.  Each approximate ubatch takes
+// 2-3 graph passes; with k, v or kscale the passes see earlier ubatches' spliced cells, so put the
+// filled region into one ubatch (n_ubatch >= prompt) for a clean attribution.
+LLAMA_API int32_t llama_ridgefill_set_splice(struct llama_context * ctx, const char * mode);
 LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);  // -1 without maps
 LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);    // bytes of map tensors
 // Tokens of a sequence processed on each path since its last reset.

@@ -37,6 +37,7 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_set_enabled", [ctx, ctypes.c_bool], i32),
             ("llama_ridgefill_set_sink_tokens", [ctx, i32], i32),
             ("llama_ridgefill_set_exact_from", [ctx, i32, i32], i32),
+            ("llama_ridgefill_set_splice", [ctx, ctypes.c_char_p], i32),
             ("llama_ridgefill_split_layer", [ctx], i32),
             ("llama_ridgefill_maps_size", [ctx], ctypes.c_int64),
             ("llama_ridgefill_get_counts", [ctx, i32, i64p, i64p], None),
