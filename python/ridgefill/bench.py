@@ -120,6 +120,55 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
 
 
+def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, model: str | None = None,
+               progress=print) -> dict:
+    """The same measurement through a running ridgefill-server: /completion with n_predict 1, the request's
+    wall time as TTFT, `"ridgefill": false` and `{"tail_tokens": tail}` interleaved, prompt cache off."""
+    import urllib.error
+
+    from .server import http_get, http_post
+    try:
+        props = http_get(url, "/props")
+    except (urllib.error.URLError, OSError) as e:
+        raise RidgefillError(f"cannot reach a server at {url}: {e}") from None
+    rf = props.get("ridgefill") or {}
+    if rf.get("split_layer", -1) < 0:
+        raise RidgefillError(f"the server at {url} has no RidgeFill maps (start ridgefill-server with --ridgefill)")
+    tail = tail or rf["tail_tokens"]
+    model = model or props.get("model_path")
+    shape = Shape.of(model) if model and Path(model).is_file() else None
+    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or max(lengths)
+    if max(lengths) >= n_ctx:
+        raise RidgefillError(f"length {max(lengths)} does not fit the server's context ({n_ctx}; start it with -c)")
+    text = data.text("shakespeare")[: max(lengths) * 8]
+    tokens = http_post(url, "/tokenize", {"content": text, "add_special": True})["tokens"]
+    rows = []
+    http_post(url, "/completion", {"prompt": tokens[:32], "n_predict": 1, "cache_prompt": False})  # warm-up
+    for n in lengths:
+        if tail + rf["sink_tokens"] >= n:
+            raise RidgefillError(f"tail {tail} is not shorter than the prompt ({n} tokens)")
+        times, filled = {False: [], True: []}, 0
+        for r in range(repeats):
+            for mode in ((False, True) if r % 2 == 0 else (True, False)):
+                t0 = time.perf_counter()
+                res = http_post(url, "/completion", {"prompt": tokens[:n], "n_predict": 1, "cache_prompt": False,
+                                                     "temperature": 0.0,
+                                                     "ridgefill": {"tail_tokens": tail} if mode else False})
+                times[mode].append(time.perf_counter() - t0)
+                if mode:
+                    filled = res["timings"].get("ridgefill_filled_n", 0)
+        ratios = [e / f for e, f in zip(times[False], times[True])]
+        limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"])) if shape else float("nan")
+        ratio = statistics.median(ratios)
+        rows.append(Row(n, statistics.median(times[False]), statistics.median(times[True]), ratio, min(ratios),
+                        max(ratios), n / statistics.median(times[False]), n / statistics.median(times[True]),
+                        limit, (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled))
+        progress(format_row(rows[-1]))
+    return {"model": str(model), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],
+            "tail_tokens": tail, "sink_tokens": rf["sink_tokens"], "repeats": repeats, "threads": None,
+            "maps_bytes": rf.get("maps_bytes", 0), "rows": [asdict(r) for r in rows]}
+
+
 HEADER = (f"{'length':>7s} {'exact s':>8s} {'rf s':>8s} {'speedup':>8s} {'(min-max)':>13s} "
           f"{'exact t/s':>9s} {'rf t/s':>8s} {'limit':>6s} {'of limit':>8s}")
 
@@ -146,3 +195,29 @@ def markdown(result: dict) -> str:
                      f"({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) | {r['exact_tok_s']:.0f} | {r['ridgefill_tok_s']:.0f} "
                      f"| {r['limit']:.2f}× | {100 * r['of_limit']:.0f}% | {r['filled']} |")
     return "\n".join(lines)
+
+
+def plot(result: dict, path: str | Path) -> None:
+    """TTFT against prompt length for both modes; speedup against length with the analytic limit."""
+    from .plots import pyplot
+    plt = pyplot()
+    rows = result["rows"]
+    n = [r["length"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    a.plot(n, [r["exact_s"] for r in rows], "o-", label="exact")
+    a.plot(n, [r["ridgefill_s"] for r in rows], "o-", label=f"RidgeFill (split {result['split_layer']})")
+    a.set_xlabel("prompt tokens")
+    a.set_ylabel("TTFT, s (median)")
+    a.legend(fontsize=8)
+    b.errorbar(n, [r["ratio"] for r in rows], yerr=[[r["ratio"] - r["ratio_min"] for r in rows],
+                                                   [r["ratio_max"] - r["ratio"] for r in rows]],
+               fmt="o-", capsize=3, label="measured (min–max)")
+    b.plot(n, [r["limit"] for r in rows], "k--", label="FLOP limit")
+    b.axhline(1.0, color="grey", lw=0.5)
+    b.set_xlabel("prompt tokens")
+    b.set_ylabel("speedup (exact / RidgeFill)")
+    b.legend(fontsize=8)
+    fig.suptitle(f"{Path(result['model']).name}, tail {result['tail_tokens']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

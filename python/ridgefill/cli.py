@@ -6,6 +6,8 @@
     ridgefill export MODEL MAPS -o OUT.gguf       augmented GGUF: model + maps
     ridgefill info FILE                 ridgefill metadata and diagnostics of a map file
     ridgefill bench MODEL [--maps M]    TTFT exact vs RidgeFill, interleaved, with the analytic limit
+    ridgefill eval MODEL --task T       quality exact vs RidgeFill: kl, longdep, needle, splice
+    ridgefill sweep MODEL               split layers × tails: the speed–quality frontier
     ridgefill demo [-m MODEL]           the main job on the small model (see README)
 """
 from __future__ import annotations
@@ -83,14 +85,75 @@ def cmd_info(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from . import bench
     from .modelfile import check_gguf
-    check_gguf(args.model)
-    lengths = [int(x) for x in args.lengths.split(",")]
-    print(f"TTFT exact vs RidgeFill, interleaved, {args.repeats} repeats, tail {args.tail_tokens}, sink {args.sink_tokens}")
-    print(bench.HEADER)
-    result = bench.run(args.model, args.maps, lengths, args.tail_tokens, args.sink_tokens, args.repeats, args.threads)
+    if args.server:
+        print(f"TTFT exact vs RidgeFill through {args.server}, interleaved, {args.repeats} repeats")
+        print(bench.HEADER)
+        result = bench.run_server(args.server, args.lengths, args.tail_tokens, args.repeats, args.model)
+    else:
+        if not args.model:
+            raise RidgefillError("give MODEL, or --server URL of a running ridgefill-server")
+        check_gguf(args.model)
+        tail = args.tail_tokens or 1024
+        print(f"TTFT exact vs RidgeFill, interleaved, {args.repeats} repeats, tail {tail}, sink {args.sink_tokens}")
+        print(bench.HEADER)
+        result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads)
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
     if args.json:
         bench.save(result, args.json)
+    if args.plot:
+        bench.plot(result, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        return [int(x) for x in value.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+
+
+def _floats(value: str) -> list[float]:
+    try:
+        return [float(x) for x in value.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {value!r}") from None
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from . import evaluate
+    tasks = [t for arg in args.task for t in arg.split(",")]
+    cfg = evaluate.EvalConfig(model=args.model, maps=args.maps, tasks=tasks, lengths=args.lengths,
+                              tail_tokens=args.tail_tokens, sink_tokens=args.sink_tokens, prompts=args.prompts,
+                              domains=[] if args.text and not args.domains_given else args.domains,
+                              texts=args.text or [], depths=args.depths, needle_trials=args.needle_trials,
+                              key_gap=args.key_gap, threads=args.threads, seed=args.seed)
+    result = evaluate.run(cfg)
+    print(evaluate.report(result))
+    if args.json:
+        evaluate.save(result, args.json)
+    if args.plot:
+        evaluate.plot(result, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from . import sweep
+    from .modelfile import check_gguf
+    check_gguf(args.model)
+    cfg = sweep.SweepConfig(model=args.model, split_layers=args.split_layers, tails=args.tail_tokens,
+                            length=args.length, sink_tokens=args.sink_tokens, calib_tokens=args.calib_tokens,
+                            corpus=args.corpus, prompts=args.prompts, domains=args.domains, repeats=args.repeats,
+                            needle=args.needle, needle_trials=args.needle_trials, threads=args.threads,
+                            workdir=args.workdir)
+    print(sweep.HEADER)
+    result = sweep.run(cfg)
+    print()
+    print(sweep.report(result))
+    if args.json:
+        sweep.save(result, args.json)
+    if args.plot:
+        sweep.plot(result, args.plot)
+        print(f"wrote {args.plot}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -138,15 +201,62 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("bench", help="time to first token, exact vs RidgeFill, interleaved in one process")
-    s.add_argument("model", help="augmented GGUF (or the base model with --maps)")
+    s.add_argument("model", nargs="?", help="augmented GGUF (or the base model with --maps); with --server only "
+                   "for the FLOP limit, if the server's model file is elsewhere")
     s.add_argument("--maps", help="map file (default: the maps in MODEL)")
-    s.add_argument("--lengths", default="1024,2048,4096", help="prompt lengths (default 1024,2048,4096)")
-    s.add_argument("--tail-tokens", type=int, default=1024, help="exact tail (default 1024)")
+    s.add_argument("--server", metavar="URL", help="measure through a running ridgefill-server instead")
+    s.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096], help="prompt lengths (default 1024,2048,4096)")
+    s.add_argument("--tail-tokens", type=int, default=None, help="exact tail (default 1024; with --server the server's)")
     s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
     s.add_argument("-r", "--repeats", type=int, default=3, help="interleaved repeats per length (default 3)")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--json", help="write the results as JSON")
+    s.add_argument("--plot", help="write TTFT and speedup against length (PNG)")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("eval", help="quality, exact vs RidgeFill on the same prompts: kl, longdep, needle, splice")
+    s.add_argument("model", help="augmented GGUF (or the base model with --maps)")
+    s.add_argument("--maps", help="map file (default: the maps in MODEL)")
+    s.add_argument("--task", action="append", required=True, metavar="TASK",
+                   help="kl, longdep, needle or splice (repeatable or comma-separated)")
+    s.add_argument("--lengths", type=_ints, default=[2048], help="prompt lengths (default 2048)")
+    s.add_argument("--tail-tokens", type=int, default=256, help="exact tail (default 256)")
+    s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
+    s.add_argument("--prompts", type=int, default=4, help="prompts per length and domain for kl/longdep/splice (default 4)")
+    s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["brown", "shakespeare"],
+                   help="corpora to draw prompts from (default brown,shakespeare; also python-code)")
+    s.add_argument("--text", action="append", metavar="FILE", help="evaluate on your own text too (repeatable; "
+                   "alone it replaces the default domains)")
+    s.add_argument("--depths", type=_floats, default=[0.1, 0.3, 0.5, 0.7, 0.9],
+                   help="needle depths as fractions of the filled region (default 0.1,0.3,0.5,0.7,0.9)")
+    s.add_argument("--needle-trials", type=int, default=4, help="pass keys per length and depth (default 4)")
+    s.add_argument("--key-gap", type=float, default=1.0,
+                   help="longdep: key tokens gain more than this many nats from the distant context (default 1)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("--json", help="write the results as JSON")
+    s.add_argument("--plot", help="write needle heatmaps and KL bars (PNG)")
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("sweep", help="split layers × tail lengths: speedup against quality, the frontier")
+    s.add_argument("model", help="base model GGUF (maps are calibrated per split layer into --workdir)")
+    s.add_argument("--split-layers", type=_ints, required=True, help="e.g. 15,20")
+    s.add_argument("--tail-tokens", type=_ints, default=[256, 1024], help="tails (default 256,1024)")
+    s.add_argument("--length", type=int, default=4096, help="prompt length (default 4096)")
+    s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
+    s.add_argument("--calib-tokens", type=int, default=8192, help="calibration budget per split layer (default 8192)")
+    s.add_argument("--corpus", default="brown", help="calibration corpus (default brown)")
+    s.add_argument("--prompts", type=int, default=2, help="prompts per domain for the quality (default 2)")
+    s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["shakespeare"],
+                   help="corpora for the quality prompts (default shakespeare)")
+    s.add_argument("-r", "--repeats", type=int, default=1, help="interleaved timing repeats (default 1)")
+    s.add_argument("--needle", action="store_true", help="also measure needle accuracy (slow)")
+    s.add_argument("--needle-trials", type=int, default=2, help="pass keys per depth (default 2)")
+    s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("--workdir", default="out/sweep", help="where the maps go (default out/sweep)")
+    s.add_argument("--json", help="write the results as JSON")
+    s.add_argument("--plot", help="write speedup against KL with the frontier (PNG)")
+    s.set_defaults(func=cmd_sweep)
 
     s = sub.add_parser("demo", help="calibrate, export, then exact vs RidgeFill prefill of a long prompt (bindings and server)")
     s.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M, fetched)")
@@ -163,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is cmd_eval:
+        args.domains_given = any(a == "--domains" or a.startswith("--domains=") for a in (argv or sys.argv[1:]))
     if not getattr(args, "func", None):
         parser.print_help()
         raise SystemExit(2)

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import sysconfig
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -99,9 +100,17 @@ def _load_shakespeare() -> list[Document]:
     return docs
 
 
+def _load_python_code() -> list[Document]:
+    """The installed Python's standard library (top-level modules; no download): source code, another domain."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [Document(p.stem, p.read_text(encoding="utf-8", errors="replace"))
+            for p in sorted(root.glob("*.py")) if p.stat().st_size > 2000]
+
+
 CORPORA: dict[str, tuple[str, Callable[[], list[Document]]]] = {
     "brown": ("Brown Corpus, 500 samples of 1961 American prose in 15 genres (calibration default)", _load_brown),
     "shakespeare": ("Shakespeare's plays and poems, modern spelling", _load_shakespeare),
+    "python-code": ("source of the installed Python's standard library modules (code, not prose)", _load_python_code),
 }
 
 

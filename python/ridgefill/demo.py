@@ -4,7 +4,9 @@
 2. write the augmented model (`ridgefill export`),
 3. run one long prompt (Shakespeare: another domain than the calibration text) exactly and with
    RidgeFill, interleaved, through `ridgefill.Llama` and through `ridgefill-server`,
-4. print time to first token for both and how close RidgeFill's next-token distribution is.
+4. print time to first token for both and how close RidgeFill's next-token distribution is,
+5. a small bench (TTFT against length, with the FLOP limit) and eval (tail KL, needle accuracy both ways),
+   then a summary table; plots and JSON go to the work directory.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from . import data, models
 from ._lib import fork_identity
+from .errors import RidgefillError
 from .modelfile import check_gguf
 
 QUESTION = "\n\nQuestion: Which play is this, and who speaks first? Answer:"
@@ -105,5 +108,44 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     print(f"\nnext-token KL(exact || RidgeFill) = {kl:.4f} nats, same top-1 token: {'yes' if same_top else 'no'}")
     print(f"greedy continuation, exact:     {text[False]!r}")
     print(f"greedy continuation, RidgeFill: {text[True]!r}")
+
+    from . import bench, evaluate
+    from .stats import fmt_ci
+    lengths = sorted({min(2048, n_prompt), n_prompt})
+    print(f"\n== bench: lengths {lengths}, tail {tail_tokens}, interleaved")
+    print(bench.HEADER)
+    b = bench.run(str(augmented), None, lengths, tail_tokens, 4, 1, threads)
+    bench.save(b, workdir / "bench.json")
+    print("\n== eval: tail KL on 2 Shakespeare prompts of 1024 tokens (tail 256); needle at 3 depths × 2 keys")
+    q = evaluate.run(evaluate.EvalConfig(model=str(augmented), tasks=["kl", "needle"], lengths=[1024],
+                                         tail_tokens=256, prompts=2, domains=["shakespeare"],
+                                         depths=[0.25, 0.5, 0.75], needle_trials=2, threads=threads))
+    evaluate.save(q, workdir / "eval.json")
+    plots = []
+    try:
+        bench.plot(b, workdir / "bench.png")
+        evaluate.plot(q, workdir / "eval.png")
+        plots = [str(workdir / "bench.png"), str(workdir / "eval.png")]
+    except RidgefillError as e:  # matplotlib missing
+        print(f"(no plots: {e})")
+    t = q["domains"]["shakespeare"]["tail@1024"]["modes"]["ridgefill"]
+    nd = q["domains"]["shakespeare"]["needle"]["accuracy"]
+    n_trials = sum(c["trials"] for c in q["domains"]["shakespeare"]["needle"]["cells"])
+    print(f"\n== summary: {model_path.name}, split layer {split_layer}, tail {tail_tokens}, {threads} threads")
+    print(f"{'':40s} {'exact':>9s} {'RidgeFill':>10s} {'ratio':>7s}")
+    print(f"{'TTFT ' + str(len(tokens)) + ' tokens, ridgefill.Llama (s)':40s} {ttft[False]:9.2f} {ttft[True]:10.2f} "
+          f"{ttft[False] / ttft[True]:6.2f}x")
+    print(f"{'TTFT ' + str(len(tokens)) + ' tokens, ridgefill-server (s)':40s} {srv_t[False][0]:9.2f} "
+          f"{srv_t[True][0]:10.2f} {srv_t[False][0] / srv_t[True][0]:6.2f}x")
+    for r in b["rows"]:
+        print(f"{'TTFT ' + str(r['length']) + ' tokens, bench (s)':40s} {r['exact_s']:9.2f} {r['ridgefill_s']:10.2f} "
+              f"{r['ratio']:6.2f}x  (FLOP limit {r['limit']:.2f}x)")
+    print(f"{'tail KL(exact || RidgeFill), nats':40s} {'':9s} {fmt_ci(t['kl'], 4)}")
+    print(f"{'tail top-1 agreement':40s} {'':9s} {fmt_ci(t['top1'], 3)}")
+    print(f"{'needle accuracy (' + str(n_trials) + ' keys, 1024 tokens)':40s} {nd['exact'][0]:9.2f} "
+          f"{nd['ridgefill'][0]:10.2f}")
+    if plots:
+        print("plots: " + ", ".join(plots))
     return {"prompt_tokens": len(tokens), "ttft_exact_s": ttft[False], "ttft_ridgefill_s": ttft[True],
-            "server_ttft_exact_s": srv_t[False][0], "server_ttft_ridgefill_s": srv_t[True][0], "kl": kl}
+            "server_ttft_exact_s": srv_t[False][0], "server_ttft_ridgefill_s": srv_t[True][0], "kl": kl,
+            "tail_kl": t["kl"][0], "needle_exact": nd["exact"][0], "needle_ridgefill": nd["ridgefill"][0]}

@@ -101,11 +101,19 @@ class Server:
         return self._log.read().decode(errors="replace")
 
     def get(self, path: str) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=60) as r:
-            return json.loads(r.read())
+        return http_get(self.url, path)
 
     def post(self, path: str, body: dict, timeout: float = 600) -> dict:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
+        return http_post(self.url, path, body, timeout)
+
+
+def http_get(url: str, path: str, timeout: float = 60) -> dict:
+    with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def http_post(url: str, path: str, body: dict, timeout: float = 600) -> dict:
+    req = urllib.request.Request(url.rstrip("/") + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())

@@ -1,0 +1,326 @@
+"""Quality of RidgeFill prefill against exact prefill of the same prompts (`ridgefill eval`).
+
+Tasks (each on every domain: corpora from ridgefill.data and/or the user's --text files):
+  kl       KL(exact ‖ RidgeFill) and top-1 agreement of the next-token distributions over the tail tokens.
+  longdep  NLL of the tail tokens, all of them and the *key* tokens: those whose NLL with the full prompt is
+           lower by more than `key_gap` nats than with the tail alone (they depend on distant context).
+  needle   a pass key placed at depths inside the filled region (never in the tail), question at the end,
+           greedy answer checked; accuracy per length × depth for each mode.
+  splice   kl and longdep for the runtime's splice modes (exact K, exact V, both, exact key scale): how much of
+           the gap each error source accounts for.  With `needle` also requested, needle runs for them too.
+Means carry 95% cluster-bootstrap intervals (blocks of 32 tail tokens), accuracies Wilson intervals.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import data
+from .errors import RidgefillError
+from .stats import blocks, bootstrap_mean, fmt_ci, wilson
+
+TASKS = ("kl", "longdep", "needle", "splice")
+SPLICE_MODES = ("k", "v", "kscale", "kv")
+NEEDLE = "\n\nIMPORTANT: the pass key is {key}.\n\n"
+QUESTION = "\n\nQuestion: what is the pass key?\nAnswer: the pass key is"
+
+
+@dataclass
+class EvalConfig:
+    model: str
+    maps: str | None = None
+    tasks: list[str] = field(default_factory=lambda: ["kl", "longdep"])
+    lengths: list[int] = field(default_factory=lambda: [2048])
+    tail_tokens: int = 256
+    sink_tokens: int = 4
+    prompts: int = 4                       # prompts per length and domain (kl, longdep, splice)
+    domains: list[str] = field(default_factory=lambda: ["brown", "shakespeare"])
+    texts: list[str] = field(default_factory=list)
+    depths: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    needle_trials: int = 4                 # pass keys per length × depth cell
+    key_gap: float = 1.0
+    threads: int | None = None
+    seed: int = 0
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32) - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+class Evaluator:
+    """One model, one context; runs a prompt in a mode: "exact", "ridgefill" or "splice-<m>"."""
+
+    def __init__(self, cfg: EvalConfig):
+        from .modelfile import check_gguf
+        from .runtime import Llama
+        check_gguf(cfg.model)
+        bad = [t for t in cfg.tasks if t not in TASKS]
+        if bad or not cfg.tasks:
+            raise RidgefillError(f"unknown task {', '.join(bad) or '(none)'}; tasks: {', '.join(TASKS)}")
+        n_ctx = max(cfg.lengths) + 16
+        # splice attributes cleanly only when the filled region is one ubatch (cpp/ridgefill.h)
+        n_ubatch = n_ctx if "splice" in cfg.tasks else 512
+        self.cfg = cfg
+        threads = cfg.threads or os.cpu_count() or 1
+        self.llm = Llama(str(cfg.model), maps_path=cfg.maps, tail_tokens=cfg.tail_tokens,
+                         sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
+                         n_threads=threads, n_threads_batch=threads, verbose=False)
+        n_train = self.llm._model.n_ctx_train()
+        for n in cfg.lengths:
+            if n > n_train:
+                raise RidgefillError(f"length {n} is beyond the model's context ({n_train})")
+            if cfg.tail_tokens + cfg.sink_tokens >= n:
+                raise RidgefillError(f"--tail-tokens {cfg.tail_tokens} + sink {cfg.sink_tokens} leaves no filled "
+                                     f"region in a {n}-token prompt")
+        self.bos = [self.llm.token_bos()] if self.llm.token_bos() >= 0 else []
+
+    def set_mode(self, mode: str) -> None:
+        self.llm.set_splice(mode.removeprefix("splice-") if mode.startswith("splice-") else None)
+        self.llm.set_ridgefill(mode != "exact")
+
+    def tail_logits(self, toks: list[int], mode: str) -> np.ndarray:
+        self.set_mode(mode)
+        return self.llm.prompt_logits(toks, len(toks) - self.cfg.tail_tokens)
+
+    def answer(self, toks: list[int], mode: str, n: int = 8) -> str:
+        """Greedy continuation of the prompt (decode steps are exact in every mode)."""
+        from llama_cpp import llama_cpp as C
+        self.set_mode(mode)
+        logits = self.llm.prompt_logits(toks, len(toks) - 1)[-1]
+        out = []
+        for _ in range(n):
+            t = int(logits.argmax())
+            if C.llama_vocab_is_eog(self.llm._model.vocab, t):
+                break
+            out.append(t)
+            self.llm.eval([t])
+            logits = np.ctypeslib.as_array(C.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.llm.n_vocab(),))
+        return self.llm.detokenize(out).decode("utf-8", errors="ignore")
+
+    def tokens(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode(), add_bos=False, special=False)
+
+
+def domains(cfg: EvalConfig) -> dict[str, str]:
+    out = {name: data.text(name) for name in cfg.domains}
+    for f in cfg.texts:
+        p = Path(f)
+        if not p.is_file():
+            raise RidgefillError(f"--text {f}: no such file")
+        out[f"file:{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
+    if not out:
+        raise RidgefillError("no text to evaluate on (give --domains and/or --text FILE)")
+    return out
+
+
+def windows(ev: Evaluator, text: str, length: int, count: int, name: str) -> list[list[int]]:
+    """`count` prompts of `length` tokens (BOS first), evenly spaced through the text."""
+    need = count * (length - len(ev.bos))
+    toks = ev.tokens(text[: need * 8])
+    if len(toks) < length - len(ev.bos):
+        raise RidgefillError(f"{name}: the text has {len(toks)} tokens, fewer than one {length}-token prompt")
+    step = max(1, (len(toks) - (length - len(ev.bos))) // max(1, count - 1)) if count > 1 else 0
+    starts = sorted({min(i * step, len(toks) - (length - len(ev.bos))) for i in range(count)})
+    return [ev.bos + toks[s:s + length - len(ev.bos)] for s in starts]
+
+
+# ---- kl, longdep and splice: metrics of tail logits ---------------------------------------------------
+
+def _tail_metrics(ev: Evaluator, prompts: list[list[int]], modes: list[str]) -> dict:
+    """Per-token arrays over all prompts: exact NLL, tail-only NLL, and per mode KL, top-1 agreement, NLL."""
+    T = ev.cfg.tail_tokens
+    acc = {"group": [], "nll_exact": [], "nll_tail_only": [], "modes": {m: {"kl": [], "top1": [], "nll": []} for m in modes}}
+    for i, toks in enumerate(prompts):
+        n = len(toks)
+        targets = np.asarray(toks[n - T + 1:])                       # predicted by tail rows 0..T-2
+        ex = _log_softmax(ev.tail_logits(toks, "exact"))[:-1]
+        nll_ex = -ex[np.arange(T - 1), targets]
+        # the tail without its context: row k again predicts targets[k]
+        alone = _log_softmax(ev.tail_logits(ev.bos + toks[n - T:], "exact"))[:-1]
+        nll_alone = -alone[np.arange(T - 1), targets]
+        acc["group"].append(blocks(T - 1, i))
+        acc["nll_exact"].append(nll_ex)
+        acc["nll_tail_only"].append(nll_alone)
+        p = np.exp(ex)
+        for m in modes:
+            lp = _log_softmax(ev.tail_logits(toks, m))[:-1]
+            acc["modes"][m]["kl"].append((p * (ex - lp)).sum(-1))
+            acc["modes"][m]["top1"].append((lp.argmax(-1) == ex.argmax(-1)).astype(np.float64))
+            acc["modes"][m]["nll"].append(-lp[np.arange(T - 1), targets])
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
+    out = {k: cat(acc[k]) for k in ("group", "nll_exact", "nll_tail_only")}
+    out["modes"] = {m: {k: cat(v) for k, v in d.items()} for m, d in acc["modes"].items()}
+    return out
+
+
+def _summarize(arr: dict, key_gap: float, seed: int) -> dict:
+    g = arr["group"]
+    key = (arr["nll_tail_only"] - arr["nll_exact"]) > key_gap
+    res = {"tokens": int(len(g)), "key_tokens": int(key.sum()),
+           "nll_exact": bootstrap_mean(arr["nll_exact"], g, seed=seed),
+           "nll_exact_key": bootstrap_mean(arr["nll_exact"][key], g[key], seed=seed), "modes": {}}
+    for m, d in arr["modes"].items():
+        res["modes"][m] = {
+            "kl": bootstrap_mean(d["kl"], g, seed=seed),
+            "top1": bootstrap_mean(d["top1"], g, seed=seed),
+            "nll": bootstrap_mean(d["nll"], g, seed=seed),
+            "nll_diff": bootstrap_mean(d["nll"] - arr["nll_exact"], g, seed=seed),
+            "nll_key": bootstrap_mean(d["nll"][key], g[key], seed=seed),
+            "nll_key_diff": bootstrap_mean((d["nll"] - arr["nll_exact"])[key], g[key], seed=seed),
+        }
+    return res
+
+
+# ---- needle -----------------------------------------------------------------------------------------
+
+def needle_prompt(ev: Evaluator, hay: list[int], length: int, depth: float, key: str) -> tuple[list[int], int]:
+    """A `length`-token prompt: haystack with the needle starting at `depth` of the filled region, question last.
+
+    Returns the tokens and the needle's first position."""
+    cfg = ev.cfg
+    nd, q = ev.tokens(NEEDLE.format(key=key)), ev.tokens(QUESTION)
+    n_hay = length - len(ev.bos) - len(nd) - len(q)
+    lo, hi = cfg.sink_tokens, length - cfg.tail_tokens - len(nd)       # needle wholly inside the filled region
+    if hi <= lo or len(hay) < n_hay:
+        raise RidgefillError(f"a {length}-token needle prompt has no room for the needle before the tail")
+    pos = lo + round(depth * (hi - lo))
+    at = pos - len(ev.bos)
+    toks = ev.bos + hay[:at] + nd + hay[at:n_hay] + q
+    assert len(toks) == length
+    return toks, pos
+
+
+def run_needle(ev: Evaluator, text: str, modes: list[str], progress) -> dict:
+    cfg = ev.cfg
+    rng = random.Random(cfg.seed)
+    hay_all = ev.tokens(text[: (max(cfg.lengths) + 2000 * cfg.needle_trials) * 8])
+    cells, per_trial = [], {m: [] for m in modes}
+    for length in cfg.lengths:
+        for depth in cfg.depths:
+            hits = {m: 0 for m in modes}
+            for t in range(cfg.needle_trials):
+                key = str(rng.randrange(10000, 100000))
+                off = rng.randrange(0, max(1, len(hay_all) - length))
+                toks, pos = needle_prompt(ev, hay_all[off:], length, depth, key)
+                for m in modes:
+                    ok = key in ev.answer(toks, m).split("\n")[0]
+                    hits[m] += ok
+                    per_trial[m].append(float(ok))
+            cells.append({"length": length, "depth": depth, "trials": cfg.needle_trials, "hits": hits})
+            progress(f"  needle {length:6d} tokens, depth {depth:.2f}: " +
+                     ", ".join(f"{m} {hits[m]}/{cfg.needle_trials}" for m in modes))
+    total = {m: (sum(c["hits"][m] for c in cells), sum(c["trials"] for c in cells)) for m in modes}
+    ex = np.asarray(per_trial["exact"])
+    diff = {m: bootstrap_mean(np.asarray(per_trial[m]) - ex, np.arange(len(ex)), seed=cfg.seed)
+            for m in modes if m != "exact"}  # paired: the same prompts
+    return {"cells": cells, "accuracy": {m: wilson(*total[m]) for m in modes}, "diff_from_exact": diff}
+
+
+# ---- the whole evaluation ---------------------------------------------------------------------------------
+
+def run(cfg: EvalConfig, progress=print) -> dict:
+    ev = Evaluator(cfg)
+    modes = ["ridgefill"] + ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else [])
+    result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
+              "split_layer": ev.llm.split_layer, "domains": {}}
+    for name, text in domains(cfg).items():
+        dom = result["domains"][name] = {}
+        if {"kl", "longdep", "splice"} & set(cfg.tasks):
+            for length in cfg.lengths:
+                progress(f"{name}: {cfg.prompts} prompts of {length} tokens, modes exact, {', '.join(modes)}")
+                arr = _tail_metrics(ev, windows(ev, text, length, cfg.prompts, name), modes)
+                dom[f"tail@{length}"] = _summarize(arr, cfg.key_gap, cfg.seed)
+        if "needle" in cfg.tasks:
+            progress(f"{name}: needle, lengths {cfg.lengths}, depths {cfg.depths}, {cfg.needle_trials} keys per cell")
+            dom["needle"] = run_needle(ev, text, ["exact"] + modes, progress)
+    return result
+
+
+def report(result: dict) -> str:
+    """The result as plain-text tables (also Markdown-compatible)."""
+    cfg = result["config"]
+    out = [f"model {Path(result['model']).name}, split layer {result['split_layer']}, tail {cfg['tail_tokens']}, "
+           f"sink {cfg['sink_tokens']}; means with 95% bootstrap intervals, accuracies with Wilson intervals", ""]
+    for name, dom in result["domains"].items():
+        for key, t in dom.items():
+            if not key.startswith("tail@"):
+                continue
+            out += [f"### {name}, {key[5:]}-token prompts ({t['tokens']} tail tokens, {t['key_tokens']} key tokens)", "",
+                    "| mode | KL(exact‖mode) nats | top-1 agree | NLL tail (exact "
+                    f"{t['nll_exact'][0]:.3f}) Δ | NLL key tokens (exact {t['nll_exact_key'][0]:.3f}) Δ |",
+                    "|---|---|---|---|---|"]
+            for m, r in t["modes"].items():
+                out.append(f"| {m} | {fmt_ci(r['kl'], 4)} | {fmt_ci(r['top1'], 3)} | {fmt_ci(r['nll_diff'], 3)} "
+                           f"| {fmt_ci(r['nll_key_diff'], 3)} |")
+            if len(t["modes"]) > 1:
+                base = t["modes"]["ridgefill"]["kl"][0]
+                out += ["", "gap closed (KL): " + ", ".join(
+                    f"{m.removeprefix('splice-')} {100 * (1 - r['kl'][0] / base):.0f}%"
+                    for m, r in t["modes"].items() if m != "ridgefill" and base > 0)]
+            out.append("")
+        if "needle" in dom:
+            nd = dom["needle"]
+            modes = list(nd["accuracy"])
+            out += [f"### {name}, needle", "", "| length | depth | " + " | ".join(modes) + " |",
+                    "|---|---|" + "---|" * len(modes)]
+            for c in nd["cells"]:
+                out.append(f"| {c['length']} | {c['depth']:.2f} | " +
+                           " | ".join(f"{c['hits'][m]}/{c['trials']}" for m in modes) + " |")
+            out.append("| all | | " + " | ".join(fmt_ci(nd["accuracy"][m], 2) for m in modes) + " |")
+            out.append("| Δ vs exact | | | " + " | ".join(fmt_ci(nd["diff_from_exact"][m], 2) for m in modes[1:]) + " |")
+            out.append("")
+    return "\n".join(out)
+
+
+def save(result: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def plot(result: dict, path: str | Path) -> None:
+    """Needle heatmaps per mode side by side, and KL per domain and mode."""
+    from .plots import pyplot
+    plt = pyplot()
+    needle = [(n, d["needle"]) for n, d in result["domains"].items() if "needle" in d]
+    tails = [(n, k, t) for n, d in result["domains"].items() for k, t in d.items() if k.startswith("tail@")]
+    n_rows = len(needle) + (1 if tails else 0)
+    n_cols = max([len(nd["accuracy"]) for _, nd in needle] + [1])
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 2.8 * n_rows), squeeze=False)
+    for r, (name, nd) in enumerate(needle):
+        lengths = sorted({c["length"] for c in nd["cells"]})
+        depths = sorted({c["depth"] for c in nd["cells"]})
+        for c_i, m in enumerate(nd["accuracy"]):
+            grid = np.full((len(depths), len(lengths)), np.nan)
+            for c in nd["cells"]:
+                grid[depths.index(c["depth"]), lengths.index(c["length"])] = c["hits"][m] / c["trials"]
+            ax = axes[r][c_i]
+            ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+            ax.set_xticks(range(len(lengths)), [str(x) for x in lengths])
+            ax.set_yticks(range(len(depths)), [f"{x:.1f}" for x in depths])
+            ax.set_title(f"{name}: {m}", fontsize=9)
+            ax.set_xlabel("prompt tokens")
+            ax.set_ylabel("needle depth")
+        for c_i in range(len(nd["accuracy"]), n_cols):
+            axes[r][c_i].axis("off")
+    if tails:
+        ax = axes[-1][0]
+        labels = [f"{n}\n{k[5:]}" for n, k, _ in tails]
+        modes = list(tails[0][2]["modes"])
+        w = 0.8 / len(modes)
+        for j, m in enumerate(modes):
+            ax.bar(np.arange(len(tails)) + j * w, [t["modes"][m]["kl"][0] for _, _, t in tails], w, label=m,
+                   yerr=[[t["modes"][m]["kl"][0] - t["modes"][m]["kl"][1] for _, _, t in tails],
+                         [t["modes"][m]["kl"][2] - t["modes"][m]["kl"][0] for _, _, t in tails]])
+        ax.set_xticks(np.arange(len(tails)) + 0.4 - w / 2, labels, fontsize=7)
+        ax.set_ylabel("tail KL(exact‖mode), nats")
+        ax.legend(fontsize=7)
+        for c_i in range(1, n_cols):
+            axes[-1][c_i].axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""The measuring instruments end to end at tiny sizes: eval, bench (--plot, --server), sweep."""
+import json
+
+import pytest
+from conftest import n_threads, run_cli
+
+from ridgefill.evaluate import EvalConfig, Evaluator, needle_prompt
+from ridgefill.server import Server
+from ridgefill.sweep import frontier, recommend
+
+T = str(n_threads())
+
+
+def test_eval_all_tasks_tiny(smollm2, maps20, tmp_path):
+    out, png = tmp_path / "eval.json", tmp_path / "eval.png"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl,longdep,splice",
+                "--task", "needle", "--lengths", "320", "--tail-tokens", "64", "--prompts", "1",
+                "--domains", "shakespeare", "--depths", "0.5", "--needle-trials", "1", "-t", T,
+                "--json", str(out), "--plot", str(png))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "gap closed (KL)" in r.stdout and "| Δ vs exact |" in r.stdout
+    res = json.loads(out.read_text())
+    assert res["split_layer"] == 20
+    tail = res["domains"]["shakespeare"]["tail@320"]
+    assert tail["tokens"] == 63 and 0 <= tail["key_tokens"] <= 63
+    modes = tail["modes"]
+    assert set(modes) == {"ridgefill", "splice-k", "splice-v", "splice-kscale", "splice-kv"}
+    for key in ("kl", "top1", "nll", "nll_diff", "nll_key", "nll_key_diff"):
+        lo_mid_hi = modes["ridgefill"][key]
+        assert len(lo_mid_hi) == 3
+    kl, lo, hi = modes["ridgefill"]["kl"]
+    assert 0 < lo <= kl <= hi
+    assert modes["splice-kv"]["kl"][0] < 1e-9 and modes["splice-kv"]["top1"][0] == 1.0   # kv: exact
+    nd = res["domains"]["shakespeare"]["needle"]
+    assert nd["cells"][0]["hits"]["splice-kv"] == nd["cells"][0]["hits"]["exact"]
+    assert set(nd["accuracy"]) == {"exact", "ridgefill", "splice-k", "splice-v", "splice-kscale", "splice-kv"}
+    assert nd["diff_from_exact"]["splice-kv"][0] == 0
+    assert png.stat().st_size > 10_000
+
+
+def test_eval_on_the_users_text(smollm2, maps20, tmp_path):
+    mine = tmp_path / "mine.txt"
+    mine.write_text(" ".join(f"Entry {i}: the value of item {i} is {i * 7 % 13}." for i in range(400)))
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl", "--lengths", "320",
+                "--tail-tokens", "64", "--prompts", "1", "--text", str(mine), "-t", T)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "file:mine.txt" in r.stdout and "shakespeare" not in r.stdout   # --text alone replaces the domains
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lengths", "9000"], "beyond the model's context (8192)"),
+    (["--lengths", "300", "--tail-tokens", "300"], "leaves no filled region"),
+    (["--task", "perplexity"], "unknown task perplexity"),
+    (["--text", "/nonexistent.txt"], "--text /nonexistent.txt: no such file"),
+])
+def test_eval_bad_arguments(smollm2, maps20, args, message):
+    base = ["ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--prompts", "1"]
+    if "--task" not in args:
+        base += ["--task", "kl"]
+    r = run_cli(*base, *args)
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+
+
+def test_eval_model_without_maps(smollm2):
+    r = run_cli("ridgefill", "eval", str(smollm2), "--task", "kl", "--lengths", "300", "--tail-tokens", "64")
+    assert r.returncode == 1 and "ridgefill" in r.stderr.lower() and "maps" in r.stderr, r.stderr[-2000:]
+
+
+def test_needle_lies_in_the_filled_region(smollm2, maps20):
+    ev = Evaluator(EvalConfig(model=str(smollm2), maps=str(maps20), tasks=["needle"], lengths=[600],
+                              tail_tokens=128, threads=n_threads()))
+    hay = ev.tokens("All the world's a stage, and all the men and women merely players. " * 200)
+    for depth in (0.0, 0.5, 1.0):
+        toks, pos = needle_prompt(ev, hay, 600, depth, "12345")
+        n_needle = len(ev.tokens("\n\nIMPORTANT: the pass key is 12345.\n\n"))
+        assert len(toks) == 600 and 4 <= pos and pos + n_needle <= 600 - 128
+
+
+def test_bench_plot_and_server(smollm2, maps20, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    r = run_cli("ridgefill", "bench", str(smollm2), "--maps", str(maps20), "--lengths", "384", "--tail-tokens", "96",
+                "-r", "1", "-t", T, "--json", str(out), "--plot", str(png))
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["filled"] == 384 - 96 - 4 and row["limit"] > 1 and png.stat().st_size > 10_000
+    with Server(smollm2, "-c", "1024", "-t", T, "-np", "1", "--ridgefill", "--ridgefill-maps", str(maps20),
+                "--ridgefill-tail", "96") as srv:
+        out2 = tmp_path / "bench-server.json"
+        r = run_cli("ridgefill", "bench", "--server", srv.url, "--lengths", "384", "-r", "1", "--json", str(out2))
+        assert r.returncode == 0, r.stderr[-3000:]
+        res = json.loads(out2.read_text())
+        assert res["split_layer"] == 20 and res["tail_tokens"] == 96
+        assert res["rows"][0]["filled"] == 384 - 96 - 4 and res["rows"][0]["limit"] > 1   # model read from /props
+        r = run_cli("ridgefill", "bench", "--server", srv.url, "--lengths", "2048", "-r", "1")
+        assert r.returncode == 1 and "does not fit the server's context" in r.stderr
+    r = run_cli("ridgefill", "bench", "--server", "http://127.0.0.1:9", "--lengths", "384")
+    assert r.returncode == 1 and "cannot reach a server" in r.stderr
+
+
+def test_frontier_and_recommendation_by_hand():
+    pts = [{"split_layer": 15, "tail_tokens": 256, "speedup": 1.6, "kl": 0.15},
+           {"split_layer": 20, "tail_tokens": 256, "speedup": 1.3, "kl": 0.04},
+           {"split_layer": 20, "tail_tokens": 1024, "speedup": 1.2, "kl": 0.05},   # dominated by (20, 256)
+           {"split_layer": 25, "tail_tokens": 256, "speedup": 1.1, "kl": 0.01}]
+    assert [(p["split_layer"], p["tail_tokens"]) for p in frontier(pts)] == [(25, 256), (20, 256), (15, 256)]
+    rec = {r["kl_budget"]: r["setting"] for r in recommend(pts, budgets=(0.005, 0.02, 0.05, 0.2))}
+    assert rec[0.005] is None
+    assert rec[0.02]["split_layer"] == 25 and rec[0.05]["split_layer"] == 20 and rec[0.2]["split_layer"] == 15
+
+
+def test_sweep_tiny(smollm2, tmp_path):
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    r = run_cli("ridgefill", "sweep", str(smollm2), "--split-layers", "20,26", "--tail-tokens", "64",
+                "--length", "320", "--calib-tokens", "1024", "--prompts", "1", "-t", T,
+                "--workdir", str(tmp_path / "w"), "--json", str(out), "--plot", str(png))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert len(res["points"]) == 2 and res["frontier"] and len(res["recommend"]) == 5
+    for p in res["points"]:
+        assert p["speedup"] > 0 and p["kl"] >= 0 and p["limit"] > 1
+    assert "recommended setting" in r.stdout and png.stat().st_size > 10_000
+    assert len(list((tmp_path / "w").glob("*.maps.gguf"))) == 2
