@@ -120,3 +120,17 @@ def test_sweep_tiny(smollm2, tmp_path):
         assert p["speedup"] > 0 and p["kl"] >= 0 and p["limit"] > 1
     assert "recommended setting" in r.stdout and png.stat().st_size > 10_000
     assert len(list((tmp_path / "w").glob("*.maps.gguf"))) == 2
+
+
+@pytest.mark.parametrize("cmd, message", [
+    (["bench", "{model}", "--maps", "{maps}", "--lengths", "9000"], "beyond the model's context (8192)"),
+    (["bench", "{model}", "--maps", "{maps}", "--lengths", "512", "--tail-tokens", "512"], "is not shorter than the prompt"),
+    (["bench", "{model}", "--lengths", "512"], "maps"),
+    (["bench"], "give MODEL, or --server URL"),
+    (["sweep", "{model}", "--split-layers", "20", "--tail-tokens", "400", "--length", "400"], "is not shorter than the prompt"),
+    (["sweep", "{model}", "--split-layers", "40", "--length", "400", "--tail-tokens", "64"], "outside 1..29"),
+])
+def test_bench_and_sweep_bad_arguments(smollm2, maps20, tmp_path, cmd, message):
+    args = [a.format(model=smollm2, maps=maps20) for a in cmd]
+    r = run_cli("ridgefill", *args, *(["--workdir", str(tmp_path)] if cmd[0] == "sweep" else []))
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
