@@ -301,7 +301,7 @@ def plot(result: dict, path: str | Path) -> None:
             ax = axes[r][c_i]
             ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
             ax.set_xticks(range(len(lengths)), [str(x) for x in lengths])
-            ax.set_yticks(range(len(depths)), [f"{x:.1f}" for x in depths])
+            ax.set_yticks(range(len(depths)), [f"{x:g}" for x in depths])
             ax.set_title(f"{name}: {m}", fontsize=9)
             ax.set_xlabel("prompt tokens")
             ax.set_ylabel("needle depth")
