@@ -62,7 +62,7 @@ struct ridgefill_graph {
     int32_t split_layer = -1;
 
     const ridgefill_context * rf = nullptr; // splice passes: the recorded exact inputs and norms
-    bool record_inp  = false; // exact graph that keeps its late layer inputs as outputs
+    bool record_inp  = false; // exact graph that records copies of its late layer inputs
     bool exact_inp   = false; // fill from the recorded exact inputs instead of W h + b
     bool store_k     = true;  // fill-only layers write K ...
     bool store_v     = true;  // ... and V
