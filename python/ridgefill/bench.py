@@ -80,6 +80,20 @@ class Row:
     filled: int
 
 
+def interleaved(n: int, repeats: int, limit: float, once) -> Row:
+    """Time `once(ridgefill)` -> (seconds, filled tokens) exact/RidgeFill, then RidgeFill/exact, ...; one row."""
+    times, filled = {False: [], True: []}, 0
+    for r in range(repeats):
+        for mode in ((False, True) if r % 2 == 0 else (True, False)):
+            dt, f = once(mode)
+            times[mode].append(dt)
+            filled = f if mode else filled
+    ratios = [e / f for e, f in zip(times[False], times[True])]
+    ratio, t_exact, t_rf = statistics.median(ratios), statistics.median(times[False]), statistics.median(times[True])
+    return Row(n, t_exact, t_rf, ratio, min(ratios), max(ratios), n / t_exact, n / t_rf, limit,
+               (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled)
+
+
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
         threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print) -> dict:
     from .runtime import Llama
@@ -98,22 +112,13 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
     for n in lengths:
         if tail >= n:
             raise RidgefillError(f"--tail-tokens {tail} is not shorter than the prompt ({n} tokens)")
-        times = {False: [], True: []}
-        filled = 0
-        for r in range(repeats):
-            for mode in ((False, True) if r % 2 == 0 else (True, False)):
-                llm.set_ridgefill(mode)
-                t0 = time.perf_counter()
-                llm.eval(tokens[:n])
-                times[mode].append(time.perf_counter() - t0)
-                if mode:
-                    filled = llm.ridgefill_counts()[0]
-        ratios = [e / f for e, f in zip(times[False], times[True])]
+        def once(mode: bool) -> tuple[float, int]:
+            llm.set_ridgefill(mode)
+            t0 = time.perf_counter()
+            llm.eval(tokens[:n])
+            return time.perf_counter() - t0, llm.ridgefill_counts()[0]
         limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink)
-        ratio = statistics.median(ratios)
-        rows.append(Row(n, statistics.median(times[False]), statistics.median(times[True]), ratio, min(ratios),
-                        max(ratios), n / statistics.median(times[False]), n / statistics.median(times[True]),
-                        limit, (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled))
+        rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "tail_tokens": tail,
             "sink_tokens": sink, "repeats": repeats, "threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
@@ -147,22 +152,14 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
     for n in lengths:
         if tail + rf["sink_tokens"] >= n:
             raise RidgefillError(f"tail {tail} is not shorter than the prompt ({n} tokens)")
-        times, filled = {False: [], True: []}, 0
-        for r in range(repeats):
-            for mode in ((False, True) if r % 2 == 0 else (True, False)):
-                t0 = time.perf_counter()
-                res = http_post(url, "/completion", {"prompt": tokens[:n], "n_predict": 1, "cache_prompt": False,
-                                                     "temperature": 0.0,
-                                                     "ridgefill": {"tail_tokens": tail} if mode else False})
-                times[mode].append(time.perf_counter() - t0)
-                if mode:
-                    filled = res["timings"].get("ridgefill_filled_n", 0)
-        ratios = [e / f for e, f in zip(times[False], times[True])]
+        def once(mode: bool) -> tuple[float, int]:
+            t0 = time.perf_counter()
+            res = http_post(url, "/completion", {"prompt": tokens[:n], "n_predict": 1, "cache_prompt": False,
+                                                 "temperature": 0.0,
+                                                 "ridgefill": {"tail_tokens": tail} if mode else False})
+            return time.perf_counter() - t0, res["timings"].get("ridgefill_filled_n", 0)
         limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"])) if shape else float("nan")
-        ratio = statistics.median(ratios)
-        rows.append(Row(n, statistics.median(times[False]), statistics.median(times[True]), ratio, min(ratios),
-                        max(ratios), n / statistics.median(times[False]), n / statistics.median(times[True]),
-                        limit, (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled))
+        rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],
             "tail_tokens": tail, "sink_tokens": rf["sink_tokens"], "repeats": repeats, "threads": None,

@@ -82,6 +82,15 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(info_text(args.file))
 
 
+def _write(module, result: dict, args: argparse.Namespace) -> None:
+    """--json and --plot of bench, eval and sweep (each module has save() and plot())."""
+    if args.json:
+        module.save(result, args.json)
+    if args.plot:
+        module.plot(result, args.plot)
+        print(f"wrote {args.plot}")
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
     from . import bench
     from .modelfile import check_gguf
@@ -98,11 +107,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(bench.HEADER)
         result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads)
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
-    if args.json:
-        bench.save(result, args.json)
-    if args.plot:
-        bench.plot(result, args.plot)
-        print(f"wrote {args.plot}")
+    _write(bench, result, args)
 
 
 def _ints(value: str) -> list[int]:
@@ -129,11 +134,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               key_gap=args.key_gap, threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
-    if args.json:
-        evaluate.save(result, args.json)
-    if args.plot:
-        evaluate.plot(result, args.plot)
-        print(f"wrote {args.plot}")
+    _write(evaluate, result, args)
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
@@ -149,11 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     result = sweep.run(cfg)
     print()
     print(sweep.report(result))
-    if args.json:
-        sweep.save(result, args.json)
-    if args.plot:
-        sweep.plot(result, args.plot)
-        print(f"wrote {args.plot}")
+    _write(sweep, result, args)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
