@@ -48,3 +48,30 @@ def test_identity_prior_tends_to_identity(activations):
     np.testing.assert_allclose(W[0], np.eye(h.shape[1]), atol=1e-5)
     W0, _ = ridge.solve(m, 1e8, "zero")
     assert np.abs(W0).max() < 1e-5
+
+
+def test_layer_by_layer_solve_and_search_match_the_dense_formulas():
+    """pick_lambda and solve never hold all layers' maps; they give what the dense formulas give."""
+    rng = np.random.default_rng(0)
+    d, L, n = 48, 4, 300
+    h = rng.standard_normal((n, d)) @ (rng.standard_normal((d, d)) * np.exp(-np.arange(d) / 8)) + 2.0
+    xs = np.stack([h + 0.2 * h @ rng.standard_normal((d, d)) + 0.3 * rng.standard_normal((n, d)) for _ in range(L)])
+    train, val = ridge.Moments(d, L), ridge.Moments(d, L)
+    train.add(h[:220], xs[:, :220])
+    val.add(h[220:], xs[:, 220:])
+    lams, errs = ridge.pick_lambda(train, val, "identity")
+    hc, mu = h[:220] - h[:220].mean(0), h[:220].mean(0)
+    for i, lam in enumerate(ridge.LAMBDA_GRID):
+        lam_abs = lam * np.trace(hc.T @ hc) / d
+        for l in range(L):
+            x = xs[l, :220]
+            W = np.linalg.solve(hc.T @ hc + lam_abs * np.eye(d), hc.T @ (x - x.mean(0)) + lam_abs * np.eye(d)).T
+            b = x.mean(0) - W @ mu
+            direct = ((xs[l, 220:] - h[220:] @ W.T - b) ** 2).sum()
+            np.testing.assert_allclose(errs[i, l], direct, rtol=1e-6)
+    W64, b64 = ridge.solve(train, lams, "identity")
+    W32, b32 = ridge.solve(train, lams, "identity", dtype=np.float32)
+    assert W32.dtype == np.float32 and np.array_equal(W32, W64.astype(np.float32)) and np.array_equal(b32, b64)
+    identity = ridge.sse(val, np.broadcast_to(np.eye(d), (L, d, d)), np.zeros((L, d)))
+    np.testing.assert_allclose(ridge.sse_identity(val), identity, rtol=1e-10)
+    np.testing.assert_allclose(identity, ((xs[:, 220:] - h[220:]) ** 2).sum((1, 2)), rtol=1e-10)

@@ -5,11 +5,17 @@ split layer (h) and of each late layer (x_l) are captured, and only their float6
 moments are kept (ridgefill.ridge.Moments), so memory does not grow with the
 number of tokens.  Whole chunks are held out for validation (λ choice and
 diagnostics); the first `sink_tokens` positions of every chunk are left out.
+
+Memory (docs/scale.md): during the pass, the model's weights plus two sets of moments of
+(L+1)·d²·8 bytes (L late layers, width d); then the model is freed, and the λ search
+and the solve hold one layer's d×d temporaries at a time plus the maps in float32.
 """
 from __future__ import annotations
 
 import os
 import resource
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +57,9 @@ class LayerInputs:
         from llama_cpp import Llama
         from llama_cpp import llama_cpp as C
         self.C = C
-        self.llm = Llama(model_path=str(model), n_ctx=ctx, n_batch=ctx, n_ubatch=ctx,
+        # read, not mapped: on x86 llama.cpp repacks q4_0/q4_K weights into buffers of its own, and a mapping
+        # would keep the file's copy resident too (8B shape, q4_0: peak RSS 14.2 GB mapped, see docs/scale.md)
+        self.llm = Llama(model_path=str(model), n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, use_mmap=False,
                          n_threads=threads or os.cpu_count(), n_threads_batch=threads or os.cpu_count(),
                          verbose=False)
         self.d = self.llm.n_embd()
@@ -144,7 +152,24 @@ class Reservoir:
         return self.rows[:min(self.seen, self.k)]
 
 
+class Stopwatch:
+    """Wall-clock seconds per phase, summed over the times a phase runs: `with clock("forward"): ...`."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+
+
 def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
+    """Fit the maps; the MapFile's extra also gets (not written to the file) peak_rss_mb and the seconds spent
+    per phase: load_s, forward_s (the model), moments_s, solve_s (λ search and maps), diagnostics_s, write_s."""
     model = check_gguf(cfg.model)
     reader = GGUFReader(model)
     arch = field_value(reader, "general.architecture")
@@ -168,7 +193,9 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         _AtomicOutput(out_path)  # an unwritable output fails now, not after the pass
 
     late = list(range(s + 1, n_layer))
-    runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads)
+    clock = Stopwatch()
+    with clock("load"):
+        runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads)
     chunks = token_budget(runner, cfg)
     is_val = val_chunks(len(chunks), cfg.val_fraction)
     if cfg.val_fraction > 0 and is_val.all():
@@ -180,55 +207,62 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     bar = tqdm(total=sum(len(c) for c in chunks), unit="tok", unit_scale=True, desc="calibrate",
                disable=not cfg.progress)
     for chunk, held_out in zip(chunks, is_val):
-        acts = runner.run(chunk)[:, cfg.sink_tokens:]              # (1+L, n, d): h, then x_l
-        (val if held_out else train).add(acts[0], acts[1:])
-        if held_out:
-            sample.add(acts.transpose(1, 0, 2))
+        with clock("forward"):
+            acts = runner.run(chunk)[:, cfg.sink_tokens:]          # (1+L, n, d): h, then x_l
+        with clock("moments"):
+            (val if held_out else train).add(acts[0], acts[1:])
+            if held_out:
+                sample.add(acts.transpose(1, 0, 2))
         bar.update(len(chunk))
     bar.close()
     del runner
     if not (train.is_finite() and val.is_finite()):
         raise RidgefillError("the layer inputs hold NaN or Inf; the model or its runtime is broken")
 
-    if cfg.lam == "auto":
-        lams, _ = ridge.pick_lambda(train, val, cfg.prior)
-    else:
-        lams = np.full(L, float(cfg.lam))
-    W, b = ridge.solve(train, lams, cfg.prior)
+    with clock("solve"):
+        if cfg.lam == "auto":
+            lams, _ = ridge.pick_lambda(train, val, cfg.prior)
+        else:
+            lams = np.full(L, float(cfg.lam))
+        W, b = ridge.solve(train, lams, cfg.prior, dtype=np.float32)   # maps are written as float32 (or smaller)
+    n_train = train.n
+    del train                                                      # L·d² float64: not needed any more
     if not (np.isfinite(W).all() and np.isfinite(b).all()):
         raise RidgefillError("the ridge solve produced NaN or Inf (try a larger --lambda)")
 
-    diag = diagnostics(reader, late, W, b, val, sample.sample) if val.n else {}
+    with clock("diagnostics"):
+        diag = diagnostics(reader, late, W, b, val, sample.sample) if val.n else {}
     m = MapFile(arch=arch, n_layer=n_layer, split_layer=s, prior=cfg.prior, ridge_lambda=lams,
-                calib_tokens=train.n, sink_tokens=cfg.sink_tokens, base_fingerprint=fingerprint(reader),
+                calib_tokens=n_train, sink_tokens=cfg.sink_tokens, base_fingerprint=fingerprint(reader),
                 map_type=cfg.map_type, weights={l: W[i] for i, l in enumerate(late)},
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
                 extra={"calib_ctx": cfg.ctx, "val_tokens": val.n,
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
                 version=__version__)
     if out_path is not None:
-        write_maps(out_path, m)
+        with clock("write"):
+            write_maps(out_path, m)
     m.extra["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    m.extra.update({f"{phase}_s": sec for phase, sec in clock.seconds.items()})
     return m
 
 
 def diagnostics(reader: GGUFReader, late: list[int], W: np.ndarray, b: np.ndarray,
                 val: ridge.Moments, sample: np.ndarray) -> dict[str, np.ndarray]:
     """Per late layer, on held-out tokens: R², relative error, K/V errors and key norm ratio; identity baseline too."""
-    L, d = len(late), W.shape[1]
-    eye, zero = np.broadcast_to(np.eye(d), (L, d, d)), np.zeros((L, d))
+    L = len(late)
     total, base = ridge.sst(val), val.sxx
-    sse, sse_id = ridge.sse(val, W, b), ridge.sse(val, eye, zero)
+    sse, sse_id = ridge.sse(val, W, b), ridge.sse_identity(val)
     out = {"r2": 1 - sse / total, "rel_err": np.sqrt(sse / base),
            "identity_r2": 1 - sse_id / total, "identity_rel_err": np.sqrt(sse_id / base)}
-    kv = kvproj.load(reader, late)
     h = sample[:, 0]
     cols = {k: np.empty(L) for k in ("k_rel_err", "v_rel_err", "k_norm_ratio", "identity_k_rel_err",
                                      "identity_v_rel_err")}
     for i, l in enumerate(late):
+        kv = kvproj.load(reader, [l])[l]                       # one layer's K/V weights at a time
         x = sample[:, i + 1]
         x_hat = h @ W[i].T.astype(np.float32) + b[i].astype(np.float32)
-        cols["k_rel_err"][i], cols["v_rel_err"][i], cols["k_norm_ratio"][i] = kvproj.kv_errors(kv[l], x_hat, x)
-        cols["identity_k_rel_err"][i], cols["identity_v_rel_err"][i], _ = kvproj.kv_errors(kv[l], h, x)
+        cols["k_rel_err"][i], cols["v_rel_err"][i], cols["k_norm_ratio"][i] = kvproj.kv_errors(kv, x_hat, x)
+        cols["identity_k_rel_err"][i], cols["identity_v_rel_err"][i], _ = kvproj.kv_errors(kv, h, x)
     out.update(cols)
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .errors import RidgefillError
 from .modelfile import check_gguf
 
 PREFIX = "ridgefill."
+MAP_TENSOR = re.compile(r"ridgefill\.blk\.(\d+)\.map\.(weight|bias)")
 MAP_TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
 DIAG_KEYS = ("r2", "rel_err", "k_rel_err", "v_rel_err", "k_norm_ratio",
              "identity_r2", "identity_rel_err", "identity_k_rel_err", "identity_v_rel_err")
@@ -178,9 +180,11 @@ def read_maps(path: str | Path) -> MapFile:
     tensors = {t.name: t for t in r.tensors if t.name.startswith(PREFIX)}
     weights, biases = {}, {}
     for name, t in tensors.items():
-        layer = int(name.split(".")[2])
+        m = MAP_TENSOR.fullmatch(name)
+        if not m:
+            raise RidgefillError(f"{path}: unexpected tensor {name!r} (map tensors are ridgefill.blk.N.map.weight|bias)")
         arr = dequantize(t.data, t.tensor_type).astype(np.float32)
-        (weights if name.endswith(".weight") else biases)[layer] = arr
+        (weights if m.group(2) == "weight" else biases)[int(m.group(1))] = arr
     known = {"version", "split_layer", "n_layer", "prior", "ridge_lambda", "calib_tokens", "sink_tokens",
              "base_fingerprint", "map_type"}
     diag, extra = {}, {}
@@ -206,6 +210,20 @@ def check_maps_match(model_reader: GGUFReader, model_path: Path, m: MapFile, map
                              f"not for {model_path} ({fp[:19]}…)")
 
 
+def read_fields(reader: GGUFReader, keep=lambda k: True) -> list[tuple[str, object, GGUFValueType, object]]:
+    """The keys of `reader` that `keep` accepts as plain data: (name, value, type, array item type), never the
+    GGUF.* pseudo-keys nor general.architecture (which GGUFWriter writes itself)."""
+    return [(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None)
+            for f in reader.fields.values()
+            if not (f.name.startswith("GGUF.") or f.name == "general.architecture") and keep(f.name)]
+
+
+def add_fields(w: GGUFWriter, fields, rename_key=lambda k: k) -> None:
+    """Add keys as read_fields returns them to `w`, renamed by `rename_key`."""
+    for name, value, vtype, sub in fields:
+        w.add_key_value(rename_key(name), value, vtype, sub_type=sub)
+
+
 def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, rename_key=lambda k: k,
               add_keys=None, extra_tensors=()) -> None:
     """Stream a GGUF into `path`: every key (renamed by `rename_key`) and tensor of `reader` unchanged,
@@ -215,11 +233,7 @@ def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, 
     """
     w = GGUFWriter(path, arch=arch or field_value(reader, "general.architecture"))
     w.data_alignment = int(field_value(reader, "general.alignment", w.data_alignment))
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-        w.add_key_value(rename_key(f.name), f.contents(), f.types[0], sub_type=sub)
+    add_fields(w, read_fields(reader), rename_key)
     if add_keys:
         add_keys(w)
     for t in reader.tensors:

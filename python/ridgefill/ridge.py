@@ -54,31 +54,59 @@ class Moments:
         return all(np.isfinite(a).all() for a in (self.sh, self.shh, self.sx, self.shx, self.sxx))
 
 
-def solve(m: Moments, lam: float | np.ndarray, prior: str = "identity") -> tuple[np.ndarray, np.ndarray]:
-    """Closed-form ridge maps for every late layer: W (L, d, d) with x̂ = W h + b, b (L, d)."""
+def layer_maps(m: Moments, lam: float | np.ndarray, prior: str = "identity"):
+    """Closed-form ridge maps one late layer at a time: yields (l, W_l (d, d), b_l (d,)) in float64.
+
+    Only one layer's d×d temporaries exist at a time (plus one Cholesky factor per distinct λ), so
+    memory does not grow with the number of late layers beyond the moments themselves.
+    """
     mu_h, mu_x = m.sh / m.n, m.sx / m.n
-    A = m.shh - m.n * np.outer(mu_h, mu_h)
-    B = m.shx - m.n * mu_h[None, :, None] * mu_x[:, None, :]   # (L, d_in, d_out)
     lams = np.broadcast_to(np.asarray(lam, dtype=np.float64), (m.L,))
-    P = np.eye(m.d) if prior == "identity" else np.zeros((m.d, m.d))
-    W = np.empty((m.L, m.d, m.d))
+    A = m.shh - m.n * np.outer(mu_h, mu_h)
     scale = np.trace(A) / m.d
+    diag = np.diag_indices(m.d)
     for lam_rel in np.unique(lams):                            # one Cholesky per distinct λ
-        chol = scipy.linalg.cho_factor(A + lam_rel * scale * np.eye(m.d))
+        lam_abs = lam_rel * scale
+        reg = A.copy()
+        reg[diag] += lam_abs
+        chol = scipy.linalg.cho_factor(reg, overwrite_a=True)
         for l in np.flatnonzero(lams == lam_rel):
-            W[l] = scipy.linalg.cho_solve(chol, B[l] + lam_rel * scale * P.T).T
-    b = mu_x - np.einsum("lij,j->li", W, mu_h)
+            rhs = m.shx[l] - (m.n * mu_h)[:, None] * mu_x[l][None, :]   # B_l (d_in, d_out)
+            if prior == "identity":
+                rhs[diag] += lam_abs                           # B_l + λPᵀ
+            W = scipy.linalg.cho_solve(chol, rhs, overwrite_b=True).T
+            yield l, W, mu_x[l] - W @ mu_h
+
+
+def solve(m: Moments, lam: float | np.ndarray, prior: str = "identity",
+          dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-form ridge maps for every late layer: W (L, d, d) with x̂ = W h + b, b (L, d).
+
+    W is stored in `dtype` (calibrate asks for float32, the type maps are written in: half the memory);
+    each layer is solved in float64 and b from the float64 W.
+    """
+    W, b = np.empty((m.L, m.d, m.d), dtype=dtype), np.empty((m.L, m.d))
+    for l, Wl, bl in layer_maps(m, lam, prior):
+        W[l], b[l] = Wl, bl
     return W, b
+
+
+def sse_layer(m: Moments, l: int, W: np.ndarray, b: np.ndarray) -> float:
+    """Σ‖x_l − W h − b‖² over the tokens summed in m, for late layer l, from the moments alone."""
+    W = np.asarray(W, dtype=np.float64)
+    out = (m.sxx[l] - 2 * np.einsum("ij,ji->", W, m.shx[l]) - 2 * b @ m.sx[l]
+           + np.einsum("ij,ij->", W @ m.shh, W) + 2 * b @ (W @ m.sh) + m.n * b @ b)
+    return max(float(out), 0.0)
 
 
 def sse(m: Moments, W: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Σ‖x_l − W_l h − b_l‖² over the tokens summed in m, per layer, from the moments alone."""
-    out = np.empty(m.L)
-    for l in range(m.L):
-        Wl, bl = W[l], b[l]
-        out[l] = (m.sxx[l] - 2 * np.einsum("ij,ji->", Wl, m.shx[l]) - 2 * bl @ m.sx[l]
-                  + np.einsum("ij,ij->", Wl @ m.shh, Wl) + 2 * bl @ (Wl @ m.sh) + m.n * bl @ bl)
-    return np.maximum(out, 0.0)
+    return np.array([sse_layer(m, l, W[l], b[l]) for l in range(m.L)])
+
+
+def sse_identity(m: Moments) -> np.ndarray:
+    """Σ‖x_l − h‖² per layer: the error of the identity baseline x̂_l = h, in O(L·d)."""
+    return np.maximum(m.sxx - 2 * np.trace(m.shx, axis1=1, axis2=2) + np.trace(m.shh), 0.0)
 
 
 def sst(m: Moments) -> np.ndarray:
@@ -87,6 +115,12 @@ def sst(m: Moments) -> np.ndarray:
 
 
 def pick_lambda(train: Moments, val: Moments, prior: str, grid=LAMBDA_GRID) -> tuple[np.ndarray, np.ndarray]:
-    """Per-layer λ from `grid` with the smallest held-out error; returns (λ per layer, errors (grid, L))."""
-    errs = np.stack([sse(val, *solve(train, lam, prior)) for lam in grid])
+    """Per-layer λ from `grid` with the smallest held-out error; returns (λ per layer, errors (grid, L)).
+
+    Maps are solved and scored one layer at a time and never kept: memory stays that of the moments.
+    """
+    errs = np.empty((len(grid), train.L))
+    for i, lam in enumerate(grid):
+        for l, W, b in layer_maps(train, lam, prior):
+            errs[i, l] = sse_layer(val, l, W, b)
     return np.asarray(grid)[errs.argmin(0)], errs
