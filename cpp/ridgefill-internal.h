@@ -20,6 +20,8 @@ class llama_batch_allocr;
 struct ridgefill_maps {
     int32_t split_layer = -1;
     int32_t n_layer     = 0;
+    int32_t sink_tokens = 0;  // first positions of each calibration chunk the maps were not fitted on
+    uint64_t generation = 0;  // unique per load: graphs are reused only for the same maps, not the same address
     std::string path;
     std::string fingerprint;
     std::string prior;
@@ -42,7 +44,9 @@ enum class ridgefill_splice : uint8_t { none, k, v, kv, kscale };
 struct ridgefill_context {
     std::shared_ptr<ridgefill_maps> maps;
     bool    enabled     = false;
-    int32_t sink_tokens = 4;
+    int32_t sink_tokens = -1; // -1: the maps' own sink_tokens
+
+    int32_t sink() const { return sink_tokens >= 0 ? sink_tokens : (maps ? maps->sink_tokens : 0); }
     std::map<llama_seq_id, llama_pos> exact_from; // per sequence: positions >= it are the exact tail
 
     // tokens per sequence that took each path since the last reset
@@ -59,6 +63,7 @@ struct ridgefill_context {
 // The other fields describe a splice pass; their defaults are the normal paths.
 struct ridgefill_graph {
     const ridgefill_maps * maps = nullptr;
+    uint64_t maps_generation = 0;
     int32_t split_layer = -1;
 
     const ridgefill_context * rf = nullptr; // splice passes: the recorded exact inputs and norms
@@ -71,7 +76,7 @@ struct ridgefill_graph {
 
     bool approx() const { return maps != nullptr; }
     bool operator==(const ridgefill_graph & o) const {
-        return maps == o.maps && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
+        return maps == o.maps && maps_generation == o.maps_generation && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
                exact_inp == o.exact_inp && store_k == o.store_k && store_v == o.store_v &&
                record_norm == o.record_norm && rescale_k == o.rescale_k;
     }

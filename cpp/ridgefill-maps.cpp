@@ -5,6 +5,7 @@
 #include "gguf.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -90,8 +91,9 @@ struct gguf_file {
     gguf_context * gguf = nullptr;
     ggml_context * meta = nullptr;
     FILE * f = nullptr;
+    std::string path;
 
-    explicit gguf_file(const std::string & path) {
+    explicit gguf_file(const std::string & path) : path(path) {
         gguf_init_params params = { /*.no_alloc =*/ true, /*.ctx =*/ &meta };
         gguf = gguf_init_from_file(path.c_str(), params);
         if (!gguf) {
@@ -114,9 +116,12 @@ struct gguf_file {
         }
     }
 
+    // typed metadata: a key of another type is an error naming it (gguf_get_val_* would abort)
     std::string str(const char * key, const std::string & def = "") const {
         const int64_t id = gguf_find_key(gguf, key);
-        return id < 0 ? def : gguf_get_val_str(gguf, id);
+        if (id < 0) return def;
+        expect(id, key, gguf_get_kv_type(gguf, id) == GGUF_TYPE_STRING, "a string");
+        return gguf_get_val_str(gguf, id);
     }
 
     int64_t u(const char * key, int64_t def = -1) const {
@@ -124,9 +129,20 @@ struct gguf_file {
         if (id < 0) return def;
         switch (gguf_get_kv_type(gguf, id)) {
             case GGUF_TYPE_UINT32: return gguf_get_val_u32(gguf, id);
-            case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(gguf, id);
             case GGUF_TYPE_INT32:  return gguf_get_val_i32(gguf, id);
-            default:               return def;
+            case GGUF_TYPE_UINT64: {
+                const uint64_t v = gguf_get_val_u64(gguf, id);
+                expect(id, key, v <= (uint64_t) INT32_MAX, "an integer below 2^31");
+                return (int64_t) v;
+            }
+            default: expect(id, key, false, "an integer"); return def;
+        }
+    }
+
+    void expect(int64_t id, const char * key, bool ok, const char * what) const {
+        if (!ok) {
+            throw std::runtime_error(path + ": key " + key + " has GGUF type " +
+                                     gguf_type_name(gguf_get_kv_type(gguf, id)) + ", expected " + what);
         }
     }
 };
@@ -198,7 +214,10 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     gguf_file file(maps_path);
     auto maps = std::make_shared<ridgefill_maps>();
     maps->path        = maps_path;
-    maps->split_layer = (int32_t) file.u("ridgefill.split_layer");
+    static std::atomic<uint64_t> n_loaded{0};
+    maps->generation  = ++n_loaded;
+    maps->split_layer = (int32_t) file.u("ridgefill.split_layer", INT32_MIN);
+    maps->sink_tokens = (int32_t) file.u("ridgefill.sink_tokens", 0);
     maps->n_layer     = (int32_t) file.u("ridgefill.n_layer");
     maps->fingerprint = file.str("ridgefill.base_fingerprint");
     maps->prior       = file.str("ridgefill.prior");
@@ -206,7 +225,10 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
 
     const int32_t n_layer = (int32_t) model.hparams.n_layer();
     const int64_t n_embd  = model.hparams.n_embd;
-    if (maps->split_layer < 0) {
+    if (maps->sink_tokens < 0) {
+        throw std::runtime_error(maps_path + ": sink_tokens " + std::to_string(maps->sink_tokens) + " is negative");
+    }
+    if (maps->split_layer == INT32_MIN) {
         throw std::runtime_error(maps_path + " holds no RidgeFill maps (no ridgefill.split_layer)");
     }
     if (maps->n_layer != n_layer) {

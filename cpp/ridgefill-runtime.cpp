@@ -9,6 +9,7 @@
 #include "llama-kv-cache-iswa.h"
 #include "llama-model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -25,7 +26,7 @@ bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id
     if (it == rf.exact_from.end()) {
         return false;  // no tail declared for this sequence: exact
     }
-    return pos >= rf.sink_tokens && pos < it->second;
+    return pos >= rf.sink() && pos < it->second;
 }
 
 void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
@@ -50,6 +51,7 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
     }
     ridgefill_graph g;
     g.maps        = rf->maps.get();
+    g.maps_generation = rf->maps->generation;
     g.split_layer = rf->maps->split_layer;
     if (rf->splice == ridgefill_splice::none) {
         return g;
@@ -256,16 +258,21 @@ ggml_tensor * llm_graph_context::build_ridgefill_outputs(ggml_tensor * inpL, ggm
     return ggml_get_rows(ctx0, inpL, inp_out_ids);
 }
 
-int32_t llama_ridgefill_reusable_prefix(int32_t n_common, int32_t cached_begin, int32_t cached_end,
-                                        int32_t new_begin, int32_t new_end) {
-    if (cached_begin >= cached_end || n_common <= cached_begin) {
-        return n_common;  // the reused prefix holds exact cells only
+int32_t llama_ridgefill_reusable_prefix(int32_t n_common, const int32_t * ranges, int32_t n_ranges,
+                                        int32_t plan_begin, int32_t plan_end) {
+    int32_t k = std::max(n_common, 0);
+    for (int32_t i = 0; i < n_ranges; ++i) {
+        const int32_t b = ranges[2 * i], e = ranges[2 * i + 1];
+        if (b >= e || b >= k) {
+            continue;  // empty, or not inside the reused prefix
+        }
+        if (b < plan_begin || b >= plan_end) {
+            k = b;  // a filled cell this request would compute exactly: keep what lies before it
+        } else if (e > plan_end) {
+            k = std::min(k, plan_end);  // filled beyond this request's fill: keep up to its end
+        }
     }
-    const bool same_begin = new_begin < new_end && new_begin == cached_begin;
-    if (n_common <= cached_end ? (same_begin && new_end >= n_common) : (same_begin && new_end == cached_end)) {
-        return n_common;  // filled exactly as this request would fill it
-    }
-    return cached_begin;  // keep the exact rows before the approximate ones
+    return k;
 }
 
 // ---- C API ------------------------------------------------------------------------------------
@@ -287,7 +294,19 @@ static ridgefill_context & state(llama_context * ctx) {
     return *ctx->ridgefill;
 }
 
+// the maps were fitted on positions >= their sink_tokens only
+static int32_t check_sink(int32_t n, const ridgefill_maps * maps) {
+    if (maps && n >= 0 && n < maps->sink_tokens) {
+        return fail("sink_tokens " + std::to_string(n) + " is below the " + std::to_string(maps->sink_tokens) +
+                    " the maps were calibrated with (" + maps->path + "): the maps never saw those positions");
+    }
+    return 0;
+}
+
 int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, const char * model_path) {
+    if (!maps_path) {
+        return fail("no maps path given");
+    }
     try {
         const llama_model & model = ctx->get_model();
         const std::string arch = llm_arch_name(model.arch);
@@ -298,7 +317,11 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
         if (!cp.kv_unified && cp.n_seq_max > 1) {
             return fail("RidgeFill needs a unified KV cache when n_seq_max > 1 (llama-server's default; -kvu)");
         }
-        state(ctx).maps = ridgefill_maps_load(model, maps_path, model_path ? model_path : maps_path);
+        auto maps = ridgefill_maps_load(model, maps_path, model_path ? model_path : maps_path);
+        if (check_sink(state(ctx).sink_tokens, maps.get()) != 0) {
+            return -1;
+        }
+        state(ctx).maps = std::move(maps);
         LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%.1f MiB)\n", state(ctx).maps->split_layer,
                        maps_path, state(ctx).maps->n_bytes / 1048576.0);
         return 0;
@@ -316,11 +339,25 @@ int32_t llama_ridgefill_set_enabled(llama_context * ctx, bool enabled) {
 }
 
 int32_t llama_ridgefill_set_sink_tokens(llama_context * ctx, int32_t n) {
-    if (n < 0) {
-        return fail("sink_tokens must be >= 0");
+    if (n < -1) {
+        return fail("sink_tokens must be >= 0 (or -1: the maps' own)");
+    }
+    if (check_sink(n, state(ctx).maps.get()) != 0) {
+        return -1;
     }
     state(ctx).sink_tokens = n;
     return 0;
+}
+
+int32_t llama_ridgefill_sink_tokens(const llama_context * ctx) {
+    if (!ctx->ridgefill) {
+        return -1;
+    }
+    return ctx->ridgefill->sink_tokens >= 0 || ctx->ridgefill->maps ? ctx->ridgefill->sink() : -1;
+}
+
+int32_t llama_ridgefill_maps_sink_tokens(const llama_context * ctx) {
+    return ctx->ridgefill && ctx->ridgefill->maps ? ctx->ridgefill->maps->sink_tokens : -1;
 }
 
 int32_t llama_ridgefill_set_splice(llama_context * ctx, const char * mode) {

@@ -39,7 +39,12 @@ LLAMA_API const float * llama_ridgefill_layer_input(struct llama_context * ctx, 
 // model_path (NULL: maps_path is the augmented model itself).
 LLAMA_API int32_t llama_ridgefill_load_maps(struct llama_context * ctx, const char * maps_path, const char * model_path);
 LLAMA_API int32_t llama_ridgefill_set_enabled(struct llama_context * ctx, bool enabled);
+// Exact first positions of every prompt.  -1 (the default): the sink_tokens the maps were calibrated
+// with.  A value below the maps' is refused, here or when the maps are loaded: calibration left those
+// positions out, so the maps never saw them.
 LLAMA_API int32_t llama_ridgefill_set_sink_tokens(struct llama_context * ctx, int32_t n);
+LLAMA_API int32_t llama_ridgefill_sink_tokens(const struct llama_context * ctx);      // in effect (-1: unset, no maps)
+LLAMA_API int32_t llama_ridgefill_maps_sink_tokens(const struct llama_context * ctx); // -1 without maps
 // Where the exact tail of a sequence begins; pos < 0 forgets it (the sequence is then all exact).
 LLAMA_API int32_t llama_ridgefill_set_exact_from(struct llama_context * ctx, llama_seq_id seq_id, llama_pos pos);
 // Debug (off by default): splice mode "k", "v", "kv", "kscale" or "none".  Approximate tokens then also
@@ -56,12 +61,15 @@ LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, l
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
 LLAMA_API const char * llama_ridgefill_last_error(void);
 
-// Prompt caching: of n_common cached prompt tokens, how many a new request may reuse.  Cells filled
-// approximately ([cached_begin, cached_end)) serve only a request that fills them the same way
-// (new range [new_begin, new_end)); otherwise only the exact rows before them are kept.
-// Empty ranges (begin >= end) mean "all exact".
-LLAMA_API int32_t llama_ridgefill_reusable_prefix(int32_t n_common, int32_t cached_begin, int32_t cached_end,
-                                                  int32_t new_begin, int32_t new_end);
+// Prompt caching.  A fill record lists the positions of a cached prompt whose cells were filled
+// approximately, as sorted half-open ranges [ranges[2i], ranges[2i+1]) (n_ranges pairs).  A cell at or
+// after the first filled one was computed on top of approximate cells.  A new request that will fill
+// [plan_begin, plan_end) approximately (an empty range: an exact request) may reuse the first k of the
+// n_common cached tokens it shares, k the largest such that every filled cell below k lies inside
+// [plan_begin, plan_end): each reused cell then got at least the exact work a fresh prefill of this
+// request would give it.  So an exact request reuses only the cells before the first filled one.
+LLAMA_API int32_t llama_ridgefill_reusable_prefix(int32_t n_common, const int32_t * ranges, int32_t n_ranges,
+                                                  int32_t plan_begin, int32_t plan_end);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@ def test_off_is_bit_identical_to_stock(rf, smollm2, prose_tokens):
     want = logits_last(stock)
     del stock
     rf.set_ridgefill(False)
+    rf.reset()
     rf.eval(prose_tokens[:900])
     np.testing.assert_array_equal(logits_last(rf), want)
     assert rf.ridgefill_counts() == (0, 900)
@@ -31,10 +32,12 @@ def test_off_is_bit_identical_to_stock(rf, smollm2, prose_tokens):
 
 def test_on_fills_all_but_sink_and_tail(rf, prose_tokens):
     rf.set_ridgefill(True, tail_tokens=256)
+    rf.reset()
     rf.eval(prose_tokens[:900])
     assert rf.ridgefill_counts() == (900 - 256 - 4, 256 + 4)
     on = logits_last(rf)
     rf.set_ridgefill(False)
+    rf.reset()
     rf.eval(prose_tokens[:900])
     off = logits_last(rf)
     assert not np.array_equal(on, off)           # the filled cache is approximate ...
@@ -46,6 +49,7 @@ def test_on_fills_all_but_sink_and_tail(rf, prose_tokens):
 
 def test_prompt_shorter_than_sink_plus_tail_is_all_exact(rf, prose_tokens):
     rf.set_ridgefill(True, tail_tokens=256)
+    rf.reset()
     rf.eval(prose_tokens[:200])
     assert rf.ridgefill_counts() == (0, 200)
 
@@ -53,6 +57,7 @@ def test_prompt_shorter_than_sink_plus_tail_is_all_exact(rf, prose_tokens):
 def test_tail_boundary_inside_one_batch_and_chunked_prompts(rf, prose_tokens):
     """One 1,200-token batch crosses sink→approx→tail; the same prompt in 300-token batches matches it."""
     rf.set_ridgefill(True, tail_tokens=300)
+    rf.reset()
     rf.eval(prose_tokens)
     one = logits_last(rf)
     assert rf.ridgefill_counts() == (1200 - 300 - 4, 304)
@@ -66,6 +71,7 @@ def test_tail_boundary_inside_one_batch_and_chunked_prompts(rf, prose_tokens):
 
 def test_decode_steps_are_exact_and_completion_works(rf, prose_tokens):
     rf.set_ridgefill(True, tail_tokens=256)
+    rf.reset()
     prompt = rf.detokenize(prose_tokens[1:700]).decode(errors="ignore")
     out = rf.create_completion(prompt, max_tokens=6, temperature=0.0)
     n_prompt = out["usage"]["prompt_tokens"]
@@ -81,6 +87,7 @@ def test_predicted_layer_inputs_equal_the_maps(smollm2, maps20, prose_tokens):
     for l in layers:
         assert h_.llama_ridgefill_capture_layer_input(llm.ctx, l, True)
     llm.set_ridgefill(True)
+    llm.reset()
     toks = prose_tokens[:400]
     n = 296
     llm.eval(toks[:n])        # 4 sink rows, 291 approximate rows, 1 exact tail row
@@ -128,9 +135,11 @@ def test_augmented_model_loads_and_runs(smollm2, maps20, tmp_path, prose_tokens)
     llm = ridgefill.Llama(str(aug), tail_tokens=200, **CTX)
     assert llm.split_layer == 20
     llm.set_ridgefill(False)
+    llm.reset()
     llm.eval(prose_tokens[:500])
     np.testing.assert_array_equal(logits_last(llm), want)
     llm.set_ridgefill(True)
+    llm.reset()
     llm.eval(prose_tokens[:500])
     assert llm.ridgefill_counts() == (500 - 200 - 4, 204)
 
@@ -146,9 +155,11 @@ def test_gemma3_sliding_window_prompt(gemma3, gemma_maps):
     del stock
     llm = ridgefill.Llama(str(gemma3), maps_path=str(gemma_maps), tail_tokens=256, **ctx)
     llm.set_ridgefill(False)
+    llm.reset()
     llm.eval(toks)
     np.testing.assert_array_equal(logits_last(llm), want)          # off: bit-identical to stock
     llm.set_ridgefill(True)
+    llm.reset()
     llm.eval(toks)
     assert llm.ridgefill_counts() == (1500 - 256 - 4, 260)
     on = logits_last(llm)
@@ -169,12 +180,14 @@ def test_qwen3_synthetic(qwen3_synthetic, qwen3_maps, prose_tokens):
     del stock
     llm = ridgefill.Llama(str(qwen3_synthetic), maps_path=str(qwen3_maps), tail_tokens=200, **CTX)
     llm.set_ridgefill(False)
+    llm.reset()
     llm.eval(prose_tokens[:700])
     np.testing.assert_array_equal(logits_last(llm), want)
     h_ = lib()
     for l in (20, 27):
         assert h_.llama_ridgefill_capture_layer_input(llm.ctx, l, True)
     llm.set_ridgefill(True)
+    llm.reset()
     llm.eval(prose_tokens[:700])
     assert llm.ridgefill_counts() == (700 - 200 - 4, 204)
     one = logits_last(llm)

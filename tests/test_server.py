@@ -2,6 +2,7 @@
 
 Driven through raw HTTP and the real `openai` client.
 """
+import json
 import math
 import threading
 
@@ -76,9 +77,10 @@ def test_prompt_cache_never_serves_approximate_cells_to_other_fills(srv, long_pr
     assert exact["content"] == reference["content"] == again["content"]
     approx = complete(srv, p, id_slot=0)                            # exact cells are fine for an approximate request
     assert approx["timings"]["cache_n"] > SINK
-    complete(srv, "Other tail.\n" + long_prompt, id_slot=1)
+    base = complete(srv, "Other tail.\n" + long_prompt, id_slot=1)
+    n = base["timings"]["prompt_n"] + base["timings"]["cache_n"]
     other_tail = complete(srv, "Other tail.\n" + long_prompt, id_slot=1, ridgefill={"tail_tokens": TAIL + 100})
-    assert other_tail["timings"]["cache_n"] <= SINK                 # a different tail refills
+    assert other_tail["timings"]["cache_n"] == n - TAIL - 100       # a longer tail recomputes from where it begins
 
 
 def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
@@ -146,11 +148,21 @@ def test_server_refuses_bad_maps_and_flags(smollm2, gemma3, qwen2_smollm, maps20
         ((smollm2, "--ridgefill-maps", str(tmp_path / "none.gguf")), "cannot read"),
         ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-tail", "0"), "--ridgefill-tail must be >= 1"),
         ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-sink", "-1"), "--ridgefill-sink must be >= 0"),
+        ((smollm2, "--ridgefill-maps", str(maps20), "--ridgefill-sink", "2"), "below the 4 the maps were calibrated with"),
     ]
     for (model, *flags), message in cases:
         r = run_cli("ridgefill-server", "-m", str(model), "--port", "0", "-c", "512", *flags, timeout=120)
         assert r.returncode != 0, (flags, r.stderr[-2000:])
         assert message in r.stderr + r.stdout, (flags, r.stderr[-2000:])
+
+
+def test_ridgefill_requests_on_a_server_without_maps(smollm2):
+    with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1") as s:
+        for bad in (True, {"tail_tokens": 64}):
+            r = requests.post(s.url + "/completion", json={"prompt": "x", "n_predict": 1, "ridgefill": bad}, timeout=60)
+            assert r.status_code == 400 and "started without --ridgefill" in r.json()["error"]["message"], r.text
+        r = requests.post(s.url + "/completion", json={"prompt": "x", "n_predict": 1, "ridgefill": False}, timeout=60)
+        assert r.status_code == 200 and "ridgefill_filled_n" not in r.json()["timings"]
 
 
 def test_env_vars_configure_ridgefill(smollm2, maps20):
@@ -168,3 +180,43 @@ def test_env_vars_configure_ridgefill(smollm2, maps20):
             else:
                 os.environ[k] = v
     assert rf["enabled"] and rf["tail_tokens"] == 333
+
+
+def test_parallel_completions_copy_the_record(srv, long_prompt):
+    """n_cmpl > 1 copies the parent's cells into other slots: their fill record goes with them."""
+    p = "Two completions.\n" + long_prompt
+    r = requests.post(srv.url + "/completion", json={"prompt": p, "n_predict": 4, "temperature": 0.0, "n_cmpl": 2},
+                      timeout=600)
+    assert r.status_code == 200, r.text
+    for slot in (0, 1):
+        exact = complete(srv, p, id_slot=slot, ridgefill=False)
+        assert exact["timings"]["cache_n"] <= SINK, slot
+
+
+def test_concurrent_mix_keeps_exact_answers_exact(srv, long_prompt):
+    """Exact and approximate requests, streaming and not, on shared prefixes at once: every exact answer is the
+    one a fresh exact prefill gives."""
+    prompts = ["Mix one.\n" + long_prompt[:3000], "Mix two.\n" + long_prompt[1000:4000]]
+    bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
+              for p in prompts for rf, stream in ((True, False), (False, True), ({"tail_tokens": 100}, True), (False, False))]
+    out = [None] * len(bodies)
+
+    def run(i):
+        body = {"n_predict": 6, "temperature": 0.0, **bodies[i]}
+        with requests.post(srv.url + "/completion", json=body, timeout=600, stream=body["stream"]) as r:
+            assert r.status_code == 200, r.text
+            if body["stream"]:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
+                out[i] = "".join(c.get("content", "") for c in chunks)
+            else:
+                out[i] = r.json()["content"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for body, text in zip(bodies, out):
+        assert text is not None
+        if body["ridgefill"] is False:
+            assert text == complete(srv, body["prompt"], ridgefill=False, cache_prompt=False, n_predict=6)["content"]

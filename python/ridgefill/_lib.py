@@ -36,6 +36,9 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_load_maps", [ctx, ctypes.c_char_p, ctypes.c_char_p], i32),
             ("llama_ridgefill_set_enabled", [ctx, ctypes.c_bool], i32),
             ("llama_ridgefill_set_sink_tokens", [ctx, i32], i32),
+            ("llama_ridgefill_sink_tokens", [ctx], i32),
+            ("llama_ridgefill_maps_sink_tokens", [ctx], i32),
+            ("llama_ridgefill_reusable_prefix", [i32, ctypes.POINTER(i32), i32, i32, i32], i32),
             ("llama_ridgefill_set_exact_from", [ctx, i32, i32], i32),
             ("llama_ridgefill_set_splice", [ctx, ctypes.c_char_p], i32),
             ("llama_ridgefill_split_layer", [ctx], i32),
@@ -45,6 +48,14 @@ def lib() -> ctypes.CDLL:
         fn = getattr(handle, name)
         fn.argtypes, fn.restype = args, res
     return handle
+
+
+def reusable_prefix(n_common: int, filled: list[tuple[int, int]], plan: tuple[int, int] | None) -> int:
+    """How many of n_common cached tokens whose cells `filled` were filled approximately a request that will
+    fill `plan` (None: exact) may reuse: the rule of llama_ridgefill_reusable_prefix (cpp/ridgefill.h)."""
+    flat = (ctypes.c_int32 * (2 * len(filled) or 1))(*[p for r in filled for p in r])
+    b, e = plan or (0, 0)
+    return lib().llama_ridgefill_reusable_prefix(n_common, flat, len(filled), b, e)
 
 
 def check(rc: int) -> None:

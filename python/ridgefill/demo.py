@@ -75,6 +75,7 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     ttft, probs, counts = {}, {}, {}
     for mode in (False, True, False, True):  # interleaved; the second run of each counts
         llm.set_ridgefill(mode)
+        llm.reset()  # a fresh prefill each time
         t0 = time.perf_counter()
         llm.eval(tokens)
         ttft[mode] = time.perf_counter() - t0
@@ -86,6 +87,7 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     text = {}
     for mode in (False, True):
         llm.set_ridgefill(mode)
+        llm.reset()  # a fresh prefill each time
         text[mode] = llm.create_completion(prompt, max_tokens=16, temperature=0.0)["choices"][0]["text"]
     del llm
 

@@ -9,6 +9,12 @@ exactly; the tokens between take the approximate path.  Decode steps are always 
 longer than sink_tokens + tail_tokens is all exact.  The maps come from the model file itself (an
 augmented GGUF from `ridgefill export`) or from `maps_path` (a map file from `ridgefill calibrate`).
 
+A prompt that shares a prefix with the cached one reuses it as llama_cpp.Llama does, under the
+server's rule (cpp/ridgefill.h: llama_ridgefill_reusable_prefix): an exact prompt reuses only the
+cells before the first approximately filled one, an approximate prompt every cell filled as it would
+fill it or with more exact work, so the next turn of a chat keeps its cache.  With logits_all=True
+the rows with logits are exact and the filled rows have none: their `scores` are NaN.
+
 For the eval harness: `prompt_logits(tokens, logits_from)` returns the logits of the prompt's tail
 rows, and `splice="k"|"v"|"kv"|"kscale"` (debug) keeps exact keys, values, both, or the exact key
 scale in the filled cells (see cpp/ridgefill.h: llama_ridgefill_set_splice).
@@ -21,7 +27,7 @@ from typing import Callable, Sequence
 import llama_cpp
 import numpy as np
 
-from ._lib import check, lib
+from ._lib import check, lib, reusable_prefix
 from .errors import RidgefillError
 from .modelfile import check_gguf
 
@@ -30,21 +36,23 @@ SEQ = 0  # llama_cpp.Llama runs one sequence
 
 class Llama(llama_cpp.Llama):
     def __init__(self, model_path: str, *, ridgefill: bool = True, maps_path: str | None = None,
-                 tail_tokens: int = 1024, sink_tokens: int = 4, splice: str | None = None, **kwargs):
+                 tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None, **kwargs):
         check_gguf(model_path)
         if maps_path is not None:
             check_gguf(maps_path)
         if tail_tokens < 1:
             raise RidgefillError(f"tail_tokens must be >= 1, not {tail_tokens}")
-        if sink_tokens < 0:
+        if sink_tokens is not None and sink_tokens < 0:
             raise RidgefillError(f"sink_tokens must be >= 0, not {sink_tokens}")
+        self._filled: list[tuple[int, int]] = []  # fill record: cached positions filled approximately
         super().__init__(model_path=model_path, **kwargs)
-        self.tail_tokens, self.sink_tokens = tail_tokens, sink_tokens
+        self.tail_tokens = tail_tokens
         self.maps_path = str(maps_path or model_path)
         h = lib()
         check(h.llama_ridgefill_load_maps(self.ctx, self.maps_path.encode(),
                                           str(model_path).encode() if maps_path else None))
-        check(h.llama_ridgefill_set_sink_tokens(self.ctx, sink_tokens))
+        check(h.llama_ridgefill_set_sink_tokens(self.ctx, -1 if sink_tokens is None else sink_tokens))
+        self.sink_tokens = h.llama_ridgefill_sink_tokens(self.ctx)  # None: the maps' calibrated sink
         self.set_splice(splice)
         self.set_ridgefill(ridgefill)
 
@@ -60,21 +68,29 @@ class Llama(llama_cpp.Llama):
     def maps_bytes(self) -> int:
         return lib().llama_ridgefill_maps_size(self.ctx)
 
+    @property
+    def filled_ranges(self) -> list[tuple[int, int]]:
+        """The fill record: ranges [begin, end) of cached positions filled approximately."""
+        return list(self._filled)
+
     def set_ridgefill(self, enabled: bool, tail_tokens: int | None = None) -> None:
-        """Turn approximate prefill on or off for the next prompts (the cache is dropped: it may hold filled rows)."""
+        """Turn approximate prefill on or off for the next prompts (cached cells are reused only as the rule allows)."""
         check(lib().llama_ridgefill_set_enabled(self.ctx, bool(enabled)))
         self.ridgefill = bool(enabled)
         if tail_tokens is not None:
             if tail_tokens < 1:
                 raise RidgefillError(f"tail_tokens must be >= 1, not {tail_tokens}")
             self.tail_tokens = tail_tokens
-        self.reset()
 
     def set_splice(self, mode: str | None) -> None:
         """Debug: None/"none", or keep exact "k", "v", "kv" or the exact key scale ("kscale") in filled cells."""
         check(lib().llama_ridgefill_set_splice(self.ctx, (mode or "none").encode()))
         self.splice = mode if mode not in (None, "none") else None
-        self.reset()
+        self.reset()  # cells filled in another splice mode are not what the record says
+
+    def reset(self) -> None:
+        super().reset()
+        self._filled = []
 
     def ridgefill_counts(self) -> tuple[int, int]:
         """(prompt and decode tokens filled approximately, computed exactly) since the last new prompt."""
@@ -82,17 +98,50 @@ class Llama(llama_cpp.Llama):
         lib().llama_ridgefill_get_counts(self.ctx, SEQ, ctypes.byref(a), ctypes.byref(e))
         return a.value, e.value
 
+    def _plan(self, n_prompt: int) -> tuple[int, int] | None:
+        """The positions a prompt of n_prompt tokens fills approximately, or None (all exact)."""
+        end = n_prompt - self.tail_tokens
+        return (self.sink_tokens, end) if self.ridgefill and end > self.sink_tokens else None
+
     def generate(self, tokens: Sequence[int], *args, **kwargs):
-        # A cached prefix may hold approximately filled rows computed for another prompt's tail, so
-        # every new prompt is evaluated from scratch when RidgeFill is on (no prefix reuse).
-        if self.ridgefill:
-            self.reset()
+        # Reuse of the cached prefix is decided here, by the rule; llama_cpp.Llama then finds nothing more to drop.
+        tokens = list(tokens)
+        if kwargs.get("reset", True) and self.n_tokens > 0:
+            common = 0
+            for a, b in zip(self.input_ids[:self.n_tokens], tokens):
+                if a != b:
+                    break
+                common += 1
+            keep = reusable_prefix(common, self._filled, self._plan(len(tokens)))
+            if not (keep == len(tokens) == self.n_tokens and not self._requires_eval):
+                self._keep_first(min(keep, len(tokens) - 1))  # at least one token is evaluated for the logits
+        lib().llama_ridgefill_reset_counts(self.ctx, SEQ)
         return super().generate(tokens, *args, **kwargs)
 
+    def _keep_first(self, n: int) -> None:
+        """Drop the cached cells from position n on (all of them if the cache cannot keep n)."""
+        if n >= self.n_tokens:
+            return
+        mem = llama_cpp.llama_get_memory(self.ctx)
+        n_swa = llama_cpp.llama_model_n_swa(self.model)
+        # a sliding-window cache no longer holds the window before position n once it has moved past it
+        window_lost = n_swa > 0 and llama_cpp.llama_memory_seq_pos_min(mem, SEQ) > max(0, n - n_swa)
+        if n <= 0 or window_lost or not self._ctx.kv_cache_seq_rm(-1, n, -1):
+            self.reset()
+            return
+        self.n_tokens = n
+        self._filled = [(b, min(e, n)) for b, e in self._filled if b < n]
+        self._requires_eval = True
+
     def eval(self, tokens: Sequence[int]) -> None:
-        """Evaluate tokens; a new prompt (empty cache) first declares where its exact tail starts."""
-        last = self.n_tokens + len(tokens) - 1
-        self._decode(tokens, lambda pos: self._logits_all or pos == last)
+        """Evaluate tokens as the continuation of the cached ones: the last tail_tokens of them are exact."""
+        n_prompt = self.n_tokens + len(tokens)
+        plan = self._plan(n_prompt)
+        exact_from = plan[1] if plan else -1
+        last = n_prompt - 1
+        # logits_all: every row that is computed exactly gets logits; filled rows have none
+        self._decode(tokens, exact_from, lambda pos: pos == last or (self._logits_all and not
+                                                                    self.sink_tokens <= pos < exact_from))
 
     def prompt_logits(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
         """Prefill `tokens` as a new prompt; the logits of positions >= logits_from, float32 [n, n_vocab].
@@ -102,27 +151,58 @@ class Llama(llama_cpp.Llama):
         if not 0 <= logits_from < len(tokens):
             raise RidgefillError(f"logits_from must be in [0, {len(tokens)}), not {logits_from}")
         self.reset()
+        plan = self._plan(len(tokens))
         rows = []
-        self._decode(tokens, lambda pos: pos >= logits_from, rows.append)
+        self._decode(tokens, plan[1] if plan else -1, lambda pos: pos >= logits_from, rows.append)
         return np.concatenate(rows)
 
-    def _decode(self, tokens: Sequence[int], wants_logits: Callable[[int], bool], on_logits=None) -> None:
+    def save_state(self) -> llama_cpp.LlamaState:
+        state = super().save_state()
+        state.ridgefill_filled = list(self._filled)  # the fill record travels with the cells
+        return state
+
+    def load_state(self, state: llama_cpp.LlamaState) -> None:
+        super().load_state(state)
+        self._filled = list(getattr(state, "ridgefill_filled", []))  # a stock Llama's state is all exact
+
+    def _decode(self, tokens: Sequence[int], exact_from: int, wants_logits: Callable[[int], bool],
+                on_logits=None) -> None:
         h = lib()
+        check(h.llama_ridgefill_set_exact_from(self.ctx, SEQ, exact_from if self.ridgefill else -1))
         if self.n_tokens == 0:
-            exact_from = len(tokens) - self.tail_tokens
-            check(h.llama_ridgefill_set_exact_from(self.ctx, SEQ, exact_from if exact_from > self.sink_tokens else -1))
-            h.llama_ridgefill_reset_counts(self.ctx, SEQ)
+            h.llama_ridgefill_reset_counts(self.ctx, SEQ)  # counts are per prompt
         self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        self._filled = [(b, min(e, self.n_tokens)) for b, e in self._filled if b < self.n_tokens]
         for start in range(0, len(tokens), self.n_batch):
             chunk = list(tokens[start:start + self.n_batch])
-            self._batch.set_batch(batch=chunk, n_past=self.n_tokens, logits_all=False)
-            flags = [wants_logits(self.n_tokens + i) for i in range(len(chunk))]
+            n_past = self.n_tokens
+            self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=False)
+            flags = [wants_logits(n_past + i) for i in range(len(chunk))]
             for i, f in enumerate(flags):
                 self._batch.batch.logits[i] = f
             self._ctx.decode(self._batch)
-            if on_logits is not None and any(flags):
-                ptr = llama_cpp.llama_get_logits(self.ctx)
-                on_logits(np.ctypeslib.as_array(ptr, shape=(sum(flags), self.n_vocab())).copy())
-            self.input_ids[self.n_tokens:self.n_tokens + len(chunk)] = chunk
+            if any(flags):
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(sum(flags), self.n_vocab()))
+                if on_logits is not None:
+                    on_logits(logits.copy())
+                if self._logits_all:
+                    rows = self.scores[n_past:n_past + len(chunk)]
+                    rows[:] = np.nan
+                    rows[np.flatnonzero(flags)] = logits
+            elif self._logits_all:
+                self.scores[n_past:n_past + len(chunk)] = np.nan
+            if self.ridgefill:
+                self._record([n_past + i for i, f in enumerate(flags) if not f and self.sink_tokens <= n_past + i < exact_from])
+            self.input_ids[n_past:n_past + len(chunk)] = chunk
             self.n_tokens += len(chunk)
         self._requires_eval = False
+
+    def _record(self, positions: list[int]) -> None:
+        """Add filled positions (ascending, contiguous within one chunk) to the fill record."""
+        if not positions:
+            return
+        b, e = positions[0], positions[-1] + 1
+        if self._filled and self._filled[-1][1] >= b:
+            self._filled[-1] = (self._filled[-1][0], max(self._filled[-1][1], e))
+        else:
+            self._filled.append((b, e))
