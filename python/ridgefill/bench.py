@@ -4,12 +4,16 @@ For each prompt length the two modes run interleaved (A/B, then B/A, ...) on the
 prompt, so drifts of the machine hit both alike; the ratio is taken per repeat.  The
 analytic limit is the ratio of prefill FLOPs (see `flops`), what a perfect
 implementation would reach.
+
+`run_chat` measures a conversation through a server's prompt cache instead: each turn
+extends the previous prompt, so only the new part is prefilled, exactly or with RidgeFill.
 """
 from __future__ import annotations
 
 import json
 import statistics
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,14 +84,21 @@ class Row:
     filled: int
 
 
-def interleaved(n: int, repeats: int, limit: float, once) -> Row:
-    """Time `once(ridgefill)` -> (seconds, filled tokens) exact/RidgeFill, then RidgeFill/exact, ...; one row."""
-    times, filled = {False: [], True: []}, 0
+def alternate(repeats: int, once) -> dict[bool, list]:
+    """`once(ridgefill)` for each repeat, exact first in even repeats and RidgeFill first in odd ones; the
+    results by mode, in repeat order."""
+    out = {False: [], True: []}
     for r in range(repeats):
         for mode in ((False, True) if r % 2 == 0 else (True, False)):
-            dt, f = once(mode)
-            times[mode].append(dt)
-            filled = f if mode else filled
+            out[mode].append(once(mode))
+    return out
+
+
+def interleaved(n: int, repeats: int, limit: float, once) -> Row:
+    """Time `once(ridgefill)` -> (seconds, filled tokens) exact/RidgeFill, then RidgeFill/exact, ...; one row."""
+    runs = alternate(repeats, once)
+    times = {mode: [dt for dt, _ in runs[mode]] for mode in runs}
+    filled = runs[True][-1][1]
     ratios = [e / f for e, f in zip(times[False], times[True])]
     ratio, t_exact, t_rf = statistics.median(ratios), statistics.median(times[False]), statistics.median(times[True])
     return Row(n, t_exact, t_rf, ratio, min(ratios), max(ratios), n / t_exact, n / t_rf, limit,
@@ -114,6 +125,7 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             raise RidgefillError(f"--tail-tokens {tail} is not shorter than the prompt ({n} tokens)")
         def once(mode: bool) -> tuple[float, int]:
             llm.set_ridgefill(mode)
+            llm.reset()  # a fresh prefill each time
             t0 = time.perf_counter()
             llm.eval(tokens[:n])
             return time.perf_counter() - t0, llm.ridgefill_counts()[0]
@@ -125,13 +137,12 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
 
 
-def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, model: str | None = None,
-               progress=print) -> dict:
-    """The same measurement through a running ridgefill-server: /completion with n_predict 1, the request's
-    wall time as TTFT, `"ridgefill": false` and `{"tail_tokens": tail}` interleaved, prompt cache off."""
+def _server_ridgefill(url: str) -> tuple[dict, dict, int | None]:
+    """/props of a running ridgefill-server, its `ridgefill` object and a slot's context; an error if the server
+    cannot be reached or runs without maps."""
     import urllib.error
 
-    from .server import http_get, http_post
+    from .server import http_get
     try:
         props = http_get(url, "/props")
     except (urllib.error.URLError, OSError) as e:
@@ -139,10 +150,19 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
     rf = props.get("ridgefill") or {}
     if rf.get("split_layer", -1) < 0:
         raise RidgefillError(f"the server at {url} has no RidgeFill maps (start ridgefill-server with --ridgefill)")
+    return props, rf, (props.get("default_generation_settings") or {}).get("n_ctx")
+
+
+def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, model: str | None = None,
+               progress=print) -> dict:
+    """The same measurement through a running ridgefill-server: /completion with n_predict 1, the request's
+    wall time as TTFT, `"ridgefill": false` and `{"tail_tokens": tail}` interleaved, prompt cache off."""
+    from .server import http_post
+    props, rf, n_ctx = _server_ridgefill(url)
     tail = tail or rf["tail_tokens"]
     model = model or props.get("model_path")
     shape = Shape.of(model) if model and Path(model).is_file() else None
-    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or max(lengths)
+    n_ctx = n_ctx or max(lengths)
     if max(lengths) >= n_ctx:
         raise RidgefillError(f"length {max(lengths)} does not fit the server's context ({n_ctx}; start it with -c)")
     text = data.text("shakespeare")[: max(lengths) * 8]
@@ -180,41 +200,206 @@ def save(result: dict, path: str | Path) -> None:
 
 
 def markdown(result: dict) -> str:
-    """A result of `run` as a Markdown table."""
-    lines = [f"`{Path(result['model']).name}`, split layer {result['split_layer']}, tail {result['tail_tokens']}, "
-             f"sink {result['sink_tokens']}, {result['repeats']} interleaved repeats, threads {result['threads'] or 'all'}, "
-             f"maps {result['maps_bytes'] / 2**20:.1f} MiB", "",
-             "| prompt | exact TTFT s | RidgeFill TTFT s | speedup (min–max) | exact tok/s | RidgeFill tok/s "
-             "| FLOP limit | of limit | filled tokens |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['length']} | {r['exact_s']:.2f} | {r['ridgefill_s']:.2f} | {r['ratio']:.2f}× "
-                     f"({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) | {r['exact_tok_s']:.0f} | {r['ridgefill_tok_s']:.0f} "
-                     f"| {r['limit']:.2f}× | {100 * r['of_limit']:.0f}% | {r['filled']} |")
-    return "\n".join(lines)
+    """A result of `run`, `run_server` or `run_chat` as a Markdown table."""
+    if "turns" in result:
+        return chat_markdown(result)
+    return _table(f"`{Path(result['model']).name}`, split layer {result['split_layer']}, tail {result['tail_tokens']}, "
+                  f"sink {result['sink_tokens']}, {result['repeats']} interleaved repeats, threads "
+                  f"{result['threads'] or 'all'}, maps {result['maps_bytes'] / 2**20:.1f} MiB",
+                  ["prompt", "exact TTFT s", "RidgeFill TTFT s", "speedup (min–max)", "exact tok/s", "RidgeFill tok/s",
+                   "FLOP limit", "of limit", "filled tokens"],
+                  [[r["length"], f"{r['exact_s']:.2f}", f"{r['ridgefill_s']:.2f}",
+                    f"{r['ratio']:.2f}× ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})", f"{r['exact_tok_s']:.0f}",
+                    f"{r['ridgefill_tok_s']:.0f}", f"{r['limit']:.2f}×", f"{100 * r['of_limit']:.0f}%", r["filled"]]
+                   for r in result["rows"]])
+
+
+def _table(caption: str, header: list[str], rows: list[list]) -> str:
+    return "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(map(str, row)) + " |" for row in rows)])
 
 
 def plot(result: dict, path: str | Path) -> None:
-    """TTFT against prompt length for both modes; speedup against length with the analytic limit."""
-    from .plots import pyplot
-    plt = pyplot()
+    """TTFT against prompt length for both modes; speedup against length with the analytic limit (`run_chat`:
+    per turn)."""
+    if "turns" in result:
+        return plot_chat(result, path)
     rows = result["rows"]
     n = [r["length"] for r in rows]
+    plt, fig, a, b = _ab_figure(rows, n, "prompt tokens", ("exact_s", "ridgefill_s"), "TTFT, s (median)",
+                                ("exact", f"RidgeFill (split {result['split_layer']})"), "speedup (exact / RidgeFill)")
+    b.plot(n, [r["limit"] for r in rows], "k--", label="FLOP limit")
+    _save(plt, fig, f"{Path(result['model']).name}, tail {result['tail_tokens']}", path)
+
+
+def _ab_figure(rows: list[dict], x: list, xlabel: str, keys: tuple[str, str], ylabel: str, labels: tuple[str, str],
+               ratio_ylabel: str):
+    """Two panels against x: both modes' `keys` of the rows, and the ratio exact/RidgeFill (median, min–max)."""
+    from .plots import pyplot
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    a.plot(n, [r["exact_s"] for r in rows], "o-", label="exact")
-    a.plot(n, [r["ridgefill_s"] for r in rows], "o-", label=f"RidgeFill (split {result['split_layer']})")
-    a.set_xlabel("prompt tokens")
-    a.set_ylabel("TTFT, s (median)")
-    a.legend(fontsize=8)
-    b.errorbar(n, [r["ratio"] for r in rows], yerr=[[r["ratio"] - r["ratio_min"] for r in rows],
+    for key, label in zip(keys, labels):
+        a.plot(x, [r[key] for r in rows], "o-", label=label)
+    b.errorbar(x, [r["ratio"] for r in rows], yerr=[[r["ratio"] - r["ratio_min"] for r in rows],
                                                    [r["ratio_max"] - r["ratio"] for r in rows]],
                fmt="o-", capsize=3, label="measured (min–max)")
-    b.plot(n, [r["limit"] for r in rows], "k--", label="FLOP limit")
     b.axhline(1.0, color="grey", lw=0.5)
-    b.set_xlabel("prompt tokens")
-    b.set_ylabel("speedup (exact / RidgeFill)")
-    b.legend(fontsize=8)
-    fig.suptitle(f"{Path(result['model']).name}, tail {result['tail_tokens']}", fontsize=9)
+    for ax, label in ((a, ylabel), (b, ratio_ylabel)):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+    return plt, fig, a, b
+
+
+def _save(plt, fig, title: str, path: str | Path) -> None:
+    for ax in fig.axes:
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ---- chat: a conversation through the server's prompt cache -------------------------------------------
+
+@dataclass
+class Turn:
+    """One request of a simulated conversation, as the server timed it."""
+    tokens: int        # the whole prompt (BOS included), by /tokenize
+    prompt_ms: float   # timings.prompt_ms: prefill of what the cache did not hold, the TTFT measure
+    wall_ms: float     # the whole request: prefill, n_predict tokens, HTTP
+    prompt_n: int      # tokens processed
+    cache_n: int       # tokens reused from the slot's cache
+    filled_n: int      # of prompt_n, filled approximately
+
+
+@dataclass
+class ChatRow:
+    turn: int
+    tokens: int
+    exact_ms: float
+    ridgefill_ms: float
+    ratio: float
+    ratio_min: float
+    ratio_max: float
+    exact_wall_ms: float
+    ridgefill_wall_ms: float
+    exact_prompt_n: int
+    ridgefill_prompt_n: int
+    exact_cache_n: int
+    ridgefill_cache_n: int
+    filled_n: int
+
+
+def prose_pieces(url: str, count: int, tokens: int) -> list[str]:
+    """`count` consecutive pieces of Shakespeare of `tokens` tokens each, as text, cut by the server's tokenizer."""
+    from .server import http_post
+    text = data.text("shakespeare")[: count * tokens * 8]
+    toks = http_post(url, "/tokenize", {"content": text, "add_special": False})["tokens"]
+    if len(toks) < count * tokens:
+        raise RidgefillError(f"not enough text for {count} pieces of {tokens} tokens")
+    return [http_post(url, "/detokenize", {"tokens": toks[i * tokens:(i + 1) * tokens]})["content"]
+            for i in range(count)]
+
+
+def conversation(url: str, pieces: list[str], body: dict, n_predict: int = 16) -> list[Turn]:
+    """One fresh conversation through /completion with the prompt cache: turn t's prompt is turn t-1's prompt, its
+    answer and pieces[t]. A unique first line keeps it from sharing a prefix with any other conversation."""
+    from .server import http_post
+    prompt, turns = f"{uuid.uuid4().hex} conversation\n\n", []
+    for piece in pieces:
+        prompt += piece
+        n = len(http_post(url, "/tokenize", {"content": prompt, "add_special": True})["tokens"])
+        t0 = time.perf_counter()
+        res = http_post(url, "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0,
+                                             "cache_prompt": True, **body})
+        wall, t = time.perf_counter() - t0, res["timings"]
+        turns.append(Turn(n, t["prompt_ms"], 1e3 * wall, t["prompt_n"], t["cache_n"], t.get("ridgefill_filled_n", 0)))
+        prompt += res["content"] + "\n\n"
+    return turns
+
+
+def chat_row(i: int, exact: list[Turn], rf: list[Turn]) -> ChatRow:
+    """Turn i (from 0) over the repeats: medians, and the ratio exact/RidgeFill of prompt_ms per repeat."""
+    ratios = [e.prompt_ms / r.prompt_ms for e, r in zip(exact, rf)]
+    med = lambda turns, key: statistics.median(getattr(t, key) for t in turns)  # noqa: E731
+    count = lambda turns, key: statistics.median_low(getattr(t, key) for t in turns)  # noqa: E731
+    return ChatRow(i + 1, count(exact, "tokens"), med(exact, "prompt_ms"), med(rf, "prompt_ms"),
+                   statistics.median(ratios), min(ratios), max(ratios), med(exact, "wall_ms"), med(rf, "wall_ms"),
+                   count(exact, "prompt_n"), count(rf, "prompt_n"), count(exact, "cache_n"), count(rf, "cache_n"),
+                   count(rf, "filled_n"))
+
+
+def run_chat(url: str, turns: int, turn_tokens: int, tail: int | None, repeats: int, n_predict: int = 16,
+             progress=print) -> dict:
+    """A `turns`-turn conversation with the prompt cache on, exact (`"ridgefill": false`) and RidgeFill
+    (`true`, or `{"tail_tokens": tail}`), each repeat a fresh conversation per mode, interleaved like `run`.
+    TTFT is the server's timings.prompt_ms; the ratio exact/RidgeFill is taken per turn and repeat."""
+    from .server import http_post
+    props, rf, n_ctx = _server_ridgefill(url)
+    need = turns * (turn_tokens + n_predict + 4) + 16
+    if n_ctx and need >= n_ctx:
+        raise RidgefillError(f"{turns} turns of {turn_tokens} tokens (~{need}) do not fit the server's context "
+                             f"({n_ctx}; start it with -c)")
+    pieces = prose_pieces(url, turns, turn_tokens)
+    bodies = {False: {"ridgefill": False}, True: {"ridgefill": {"tail_tokens": tail} if tail else True}}
+    http_post(url, "/completion", {"prompt": pieces[0][:200], "n_predict": 1, "cache_prompt": False})  # warm-up
+
+    def once(mode: bool) -> list[Turn]:
+        conv = conversation(url, pieces, bodies[mode], n_predict)
+        progress(f"  {'RidgeFill' if mode else 'exact':9s} TTFT per turn, ms: "
+                 + " ".join(f"{t.prompt_ms:.0f}" for t in conv))
+        return conv
+
+    runs = alternate(repeats, once)
+    rows = [chat_row(i, [c[i] for c in runs[False]], [c[i] for c in runs[True]]) for i in range(turns)]
+    return {"model": props.get("model_path"), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],
+            "tail_tokens": tail or rf["tail_tokens"], "sink_tokens": rf["sink_tokens"], "repeats": repeats,
+            "turns": turns, "turn_tokens": turn_tokens, "n_predict": n_predict, "maps_bytes": rf.get("maps_bytes", 0),
+            "rows": [asdict(r) for r in rows],
+            "runs": {name: [[asdict(t) for t in conv] for conv in runs[mode]]
+                     for name, mode in (("exact", False), ("ridgefill", True))}}
+
+
+CHAT_HEADER = (f"{'turn':>4s} {'tokens':>6s} {'exact ms':>9s} {'rf ms':>8s} {'ratio':>6s} {'(min-max)':>11s} "
+               f"{'cache_n exact':>13s} {'cache_n rf':>10s} {'filled_n':>8s}")
+LATER_TURNS_TARGET = 0.95
+
+
+def format_chat_row(r: ChatRow) -> str:
+    return (f"{r.turn:4d} {r.tokens:6d} {r.exact_ms:9.0f} {r.ridgefill_ms:8.0f} {r.ratio:5.2f}x "
+            f"{r.ratio_min:5.2f}-{r.ratio_max:<5.2f} {r.exact_cache_n:13d} {r.ridgefill_cache_n:10d} {r.filled_n:8d}")
+
+
+def chat_targets(result: dict) -> list[str]:
+    """Turn 1 against exact (the usual speedup); every later turn's ratio against LATER_TURNS_TARGET."""
+    rows = result["rows"]
+    lines = [f"turn 1: {rows[0]['ratio']:.2f}x exact/RidgeFill on {rows[0]['tokens']} tokens (the usual speedup)"]
+    if len(rows) > 1:
+        low = [f"turn {r['turn']} {r['ratio']:.2f}x" for r in rows[1:] if r["ratio"] < LATER_TURNS_TARGET]
+        lines.append(f"later turns, ratio >= {LATER_TURNS_TARGET}: " + (f"NOT met ({', '.join(low)})" if low else "met"))
+    return lines
+
+
+def chat_markdown(result: dict) -> str:
+    return _table(f"`{Path(result['model'] or '?').name}` through the server, split layer {result['split_layer']}, "
+                  f"tail {result['tail_tokens']}, {result['turns']} turns of {result['turn_tokens']} new tokens, "
+                  f"n_predict {result['n_predict']}, {result['repeats']} interleaved repeats",
+                  ["turn", "prompt tokens", "exact TTFT ms", "RidgeFill TTFT ms", "exact/RidgeFill (min–max)",
+                   "cache_n exact", "cache_n RidgeFill", "filled"],
+                  [[r["turn"], r["tokens"], f"{r['exact_ms']:.0f}", f"{r['ridgefill_ms']:.0f}",
+                    f"{r['ratio']:.2f}× ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})", r["exact_cache_n"],
+                    r["ridgefill_cache_n"], r["filled_n"]] for r in result["rows"]])
+
+
+def plot_chat(result: dict, path: str | Path) -> None:
+    """TTFT per turn for both modes; the ratio per turn with the later turns' target."""
+    rows = result["rows"]
+    t = [r["turn"] for r in rows]
+    plt, fig, a, b = _ab_figure(rows, t, "turn", ("exact_ms", "ridgefill_ms"), "TTFT (prompt_ms), ms (median)",
+                                ("exact, prompt cache", f"RidgeFill (split {result['split_layer']}), prompt cache"),
+                                "exact / RidgeFill TTFT")
+    b.axhline(LATER_TURNS_TARGET, color="k", ls="--", lw=0.8, label=f"later-turn target {LATER_TURNS_TARGET}")
+    for ax in (a, b):
+        ax.set_xticks(t)
+    _save(plt, fig, f"{Path(result['model'] or '?').name}, {result['turn_tokens']} new tokens a turn, "
+                    f"tail {result['tail_tokens']}", path)

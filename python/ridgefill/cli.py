@@ -94,6 +94,21 @@ def _write(module, result: dict, args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from . import bench
     from .modelfile import check_gguf
+    if args.chat is not None:
+        if not args.server:
+            raise RidgefillError("--chat measures through a server: give --server URL")
+        if args.chat < 1 or args.turn_tokens < 1 or args.repeats < 1:
+            raise RidgefillError("--chat, --turn-tokens and --repeats must be >= 1")
+        print(f"{args.chat}-turn conversation through {args.server}, {args.turn_tokens} new tokens a turn, prompt "
+              f"cache on, exact vs RidgeFill in fresh conversations, interleaved, {args.repeats} repeats")
+        result = bench.run_chat(args.server, args.chat, args.turn_tokens, args.tail_tokens, args.repeats)
+        print(bench.CHAT_HEADER)
+        for row in result["rows"]:
+            print(bench.format_chat_row(bench.ChatRow(**row)))
+        print(f"split layer {result['split_layer']}, tail {result['tail_tokens']}; TTFT = timings.prompt_ms")
+        print("\n".join(bench.chat_targets(result)))
+        _write(bench, result, args)
+        return
     if args.server:
         print(f"TTFT exact vs RidgeFill through {args.server}, interleaved, {args.repeats} repeats")
         print(bench.HEADER)
@@ -202,13 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "for the FLOP limit, if the server's model file is elsewhere")
     s.add_argument("--maps", help="map file (default: the maps in MODEL)")
     s.add_argument("--server", metavar="URL", help="measure through a running ridgefill-server instead")
+    s.add_argument("--chat", type=int, metavar="N", help="with --server: an N-turn conversation through the prompt "
+                   "cache instead of single prompts (TTFT per turn)")
+    s.add_argument("--turn-tokens", type=int, default=1024, metavar="K",
+                   help="with --chat: new prose tokens each turn (default 1024)")
     s.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096], help="prompt lengths (default 1024,2048,4096)")
     s.add_argument("--tail-tokens", type=int, default=None, help="exact tail (default 1024; with --server the server's)")
     s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
-    s.add_argument("-r", "--repeats", type=int, default=3, help="interleaved repeats per length (default 3)")
+    s.add_argument("-r", "--repeats", type=int, default=3,
+                   help="interleaved repeats per length, or conversations per mode with --chat (default 3)")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--json", help="write the results as JSON")
-    s.add_argument("--plot", help="write TTFT and speedup against length (PNG)")
+    s.add_argument("--plot", help="write TTFT and speedup against length, or per turn with --chat (PNG)")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("eval", help="quality, exact vs RidgeFill on the same prompts: kl, longdep, needle, splice")
