@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -321,9 +323,16 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
         if (check_sink(state(ctx).sink_tokens, maps.get()) != 0) {
             return -1;
         }
+        std::string where;  // the buffers, one per device holding maps: "1.2 MiB on RPC0[host:port], ..."
+        for (ggml_backend_buffer_t buf : maps->bufs) {
+            char part[160];
+            snprintf(part, sizeof(part), "%s%.1f MiB on %s", where.empty() ? "" : ", ",
+                     ggml_backend_buffer_get_size(buf) / 1048576.0, ggml_backend_buffer_name(buf));
+            where += part;
+        }
         state(ctx).maps = std::move(maps);
-        LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%.1f MiB)\n", state(ctx).maps->split_layer,
-                       maps_path, state(ctx).maps->n_bytes / 1048576.0);
+        LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%s)\n", state(ctx).maps->split_layer,
+                       maps_path, where.c_str());
         return 0;
     } catch (const std::exception & e) {
         return fail(e.what());
@@ -387,6 +396,68 @@ int32_t llama_ridgefill_set_exact_from(llama_context * ctx, llama_seq_id seq_id,
 
 int32_t llama_ridgefill_split_layer(const llama_context * ctx) {
     return ctx->ridgefill && ctx->ridgefill->maps ? ctx->ridgefill->maps->split_layer : -1;
+}
+
+static const char * device_name(const ggml_tensor * t) {
+    if (!t || !t->buffer) {
+        return nullptr;
+    }
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+    if (dev) {
+        return ggml_backend_dev_name(dev);
+    }
+    return ggml_backend_buft_is_host(buft) ? "CPU" : ggml_backend_buft_name(buft);  // e.g. mmapped weights
+}
+
+const char * llama_ridgefill_placement(const llama_context * ctx, int32_t il, bool map) {
+    const llama_model & model = ctx->get_model();
+    if (il < 0 || il >= (int32_t) model.hparams.n_layer()) {
+        return nullptr;
+    }
+    if (!map) {
+        const llama_layer & layer = model.layers[il];
+        return device_name(layer.wk ? layer.wk : layer.attn_norm);
+    }
+    const auto & maps = ctx->ridgefill ? ctx->ridgefill->maps : nullptr;
+    return maps ? device_name(maps->weight[il]) : nullptr;
+}
+
+int32_t llama_ridgefill_add_rpc_servers(const char * endpoints) {
+    ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+    if (!rpc) {
+        return fail("this build has no RPC backend (rebuild with -DGGML_RPC=ON)");
+    }
+    using add_server_fn = ggml_backend_reg_t (*)(const char *);
+    auto add_server = (add_server_fn) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server");
+    if (!add_server) {
+        return fail("the RPC backend has no ggml_backend_rpc_add_server");
+    }
+    static std::set<std::string> registered;
+    int32_t n_added = 0;
+    const std::string all = endpoints ? endpoints : "";
+    size_t start = 0;
+    while (start <= all.size()) {
+        const size_t comma = std::min(all.find(',', start), all.size());
+        const std::string ep = all.substr(start, comma - start);
+        start = comma + 1;
+        const size_t colon = ep.rfind(':');
+        if (ep.empty() || colon == std::string::npos || colon == 0 || colon + 1 == ep.size() ||
+            ep.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+            return fail("RPC server '" + ep + "' is not host:port (in '" + all + "')");
+        }
+        if (registered.count(ep)) {
+            continue;
+        }
+        ggml_backend_reg_t reg = add_server(ep.c_str());
+        if (!reg) {
+            return fail("RPC server " + ep + " reports no devices");
+        }
+        ggml_backend_register(reg);
+        registered.insert(ep);
+        n_added += (int32_t) ggml_backend_reg_dev_count(reg);
+    }
+    return n_added;
 }
 
 int64_t llama_ridgefill_maps_size(const llama_context * ctx) {

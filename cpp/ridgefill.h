@@ -60,6 +60,16 @@ LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, l
                                              int64_t * n_approx, int64_t * n_exact);
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
 LLAMA_API const char * llama_ridgefill_last_error(void);
+// Where layer il's weights (map = false: its K projection) or its RidgeFill map (map = true) live: the
+// device name ("CPU", "RPC0", "CUDA0", ...), or NULL (no such layer, no map for it).
+LLAMA_API const char * llama_ridgefill_placement(const struct llama_context * ctx, int32_t il, bool map);
+
+// Multi-machine: register llama.cpp RPC servers ("host:port,host:port", each a ggml-rpc-server, shipped as
+// ridgefill-rpc-server) as devices, before a model is loaded; layers offloaded with n_gpu_layers then
+// run there, their maps beside them.  Registering an endpoint twice is a no-op.  Returns the number of
+// devices added, -1 on error.  As upstream, an endpoint that does not answer aborts the process:
+// ridgefill.Llama and ridgefill-server check that each endpoint accepts a connection first.
+LLAMA_API int32_t llama_ridgefill_add_rpc_servers(const char * endpoints);
 
 // Prompt caching.  A fill record lists the positions of a cached prompt whose cells were filled
 // approximately, as sorted half-open ranges [ranges[2i], ranges[2i+1]) (n_ranges pairs).  A cell at or

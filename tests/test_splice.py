@@ -26,9 +26,10 @@ def kl_mean(ref: np.ndarray, got: np.ndarray) -> float:
 def exact_in_ubatches(llm: ridgefill.Llama, toks: list[int], cuts: list[int]) -> np.ndarray:
     """Tail logits of an exact run whose decode calls end at `cuts` (the RidgeFill run's ubatches)."""
     llm.set_ridgefill(False)
+    llm.reset()
     rows, start = [], 0
     for end in cuts:
-        llm._decode(toks[start:end], lambda pos: pos >= len(toks) - TAIL, rows.append)
+        llm._decode(toks[start:end], -1, lambda pos: pos >= len(toks) - TAIL, rows.append)
         start = end
     return np.concatenate(rows)
 

@@ -15,6 +15,9 @@ cells before the first approximately filled one, an approximate prompt every cel
 fill it or with more exact work, so the next turn of a chat keeps its cache.  With logits_all=True
 the rows with logits are exact and the filled rows have none: their `scores` are NaN.
 
+Several machines: `rpc_servers="host:port,..."` with `n_gpu_layers=N` puts the last N layers (and
+their maps) on llama.cpp RPC servers (`ridgefill-rpc-server`; see ridgefill.rpc).
+
 For the eval harness: `prompt_logits(tokens, logits_from)` returns the logits of the prompt's tail
 rows, and `splice="k"|"v"|"kv"|"kscale"` (debug) keeps exact keys, values, both, or the exact key
 scale in the filled cells (see cpp/ridgefill.h: llama_ridgefill_set_splice).
@@ -36,7 +39,8 @@ SEQ = 0  # llama_cpp.Llama runs one sequence
 
 class Llama(llama_cpp.Llama):
     def __init__(self, model_path: str, *, ridgefill: bool = True, maps_path: str | None = None,
-                 tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None, **kwargs):
+                 tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None,
+                 rpc_servers: str | None = None, **kwargs):
         check_gguf(model_path)
         if maps_path is not None:
             check_gguf(maps_path)
@@ -45,6 +49,9 @@ class Llama(llama_cpp.Llama):
         if sink_tokens is not None and sink_tokens < 0:
             raise RidgefillError(f"sink_tokens must be >= 0, not {sink_tokens}")
         self._filled: list[tuple[int, int]] = []  # fill record: cached positions filled approximately
+        if rpc_servers:
+            from .rpc import add_servers
+            add_servers(rpc_servers)  # layers offloaded with n_gpu_layers (and their maps) then run there
         super().__init__(model_path=model_path, **kwargs)
         self.tail_tokens = tail_tokens
         self.maps_path = str(maps_path or model_path)
@@ -67,6 +74,11 @@ class Llama(llama_cpp.Llama):
     @property
     def maps_bytes(self) -> int:
         return lib().llama_ridgefill_maps_size(self.ctx)
+
+    def placement(self, layer: int, map: bool = False) -> str | None:
+        """The device holding `layer`'s weights (map=True: its RidgeFill map), e.g. "CPU" or "RPC0"."""
+        name = lib().llama_ridgefill_placement(self.ctx, layer, map)
+        return name.decode() if name else None
 
     @property
     def filled_ranges(self) -> list[tuple[int, int]]:

@@ -38,12 +38,25 @@ def _model_arg(argv: list[str]) -> str | None:
     return os.environ.get("LLAMA_ARG_MODEL")
 
 
+def _rpc_arg(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--rpc" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--rpc="):
+            return a.split("=", 1)[1]
+    return os.environ.get("LLAMA_ARG_RPC")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         model = _model_arg(argv)
         if model:
             check_gguf(model)
+        rpc = _rpc_arg(argv)
+        if rpc:
+            from .rpc import check_endpoints
+            check_endpoints(rpc)  # upstream aborts on an endpoint that does not answer
         binary = server_binary()
     except RidgefillError as e:
         print(f"ridgefill-server: error: {e}", file=sys.stderr)
