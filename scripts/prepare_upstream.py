@@ -4,7 +4,7 @@
 Used by CMakeLists.txt at configure time (stdlib only, it runs inside pip's
 isolated build environment).  Steps:
 
-1. Get `llama_cpp_python-0.3.36.tar.gz` (the llama-cpp-python sdist, which
+1. Unless step 2 was done before, get `llama_cpp_python-0.3.36.tar.gz` (the llama-cpp-python sdist, which
    vendors llama.cpp) into the cache with `pip download`, unless it is already
    there or RIDGEFILL_UPSTREAM_SDIST names a local copy.  Verify its sha256.
 2. Unpack it once into the cache (the pristine tree).
@@ -80,6 +80,13 @@ def fetch_sdist(cache: Path) -> Path:
     if digest != PIN_SHA256:
         die(f"{path} has sha256 {digest}, expected {PIN_SHA256} (pinned {PIN_NAME}=={PIN_VERSION})")
     return path
+
+
+def unpacked_tree(cache: Path) -> Path | None:
+    """The pristine tree, if an earlier run unpacked (and verified) it: then no download is needed (offline
+    machines get it this way too, e.g. scripts/gpu_check.sh's kit)."""
+    root = cache / "upstream" / f"pristine-{PIN_SHA256[:16]}"
+    return root / f"llama_cpp_python-{PIN_VERSION}" if (root / ".complete").is_file() else None
 
 
 def pristine_tree(cache: Path, sdist: Path) -> Path:
@@ -172,8 +179,7 @@ def main() -> None:
         return
     cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
-    sdist = fetch_sdist(cache)
-    pristine = pristine_tree(cache, sdist)
+    pristine = unpacked_tree(cache) or pristine_tree(cache, fetch_sdist(cache))
     apply_series(pristine, args.dest.resolve(), patches)
 
 

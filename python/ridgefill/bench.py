@@ -106,14 +106,16 @@ def interleaved(n: int, repeats: int, limit: float, once) -> Row:
 
 
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
-        threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print) -> dict:
+        threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print, *, n_gpu_layers: int = 0,
+        flash_attn: bool = False) -> dict:
     from .runtime import Llama
     shape = Shape.of(model)
     if max(lengths) > shape.n_ctx_train:
         raise RidgefillError(f"length {max(lengths)} is beyond the model's context ({shape.n_ctx_train})")
     n_ctx = max(lengths)
     llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=n_ctx,
-                n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False)
+                n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False,
+                n_gpu_layers=n_gpu_layers, flash_attn=flash_attn)
     tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
     if len(tokens) < max(lengths):
         raise RidgefillError("not enough text for the longest prompt")

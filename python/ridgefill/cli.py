@@ -120,7 +120,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
         tail = args.tail_tokens or 1024
         print(f"TTFT exact vs RidgeFill, interleaved, {args.repeats} repeats, tail {tail}, sink {args.sink_tokens}")
         print(bench.HEADER)
-        result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads)
+        result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads,
+                           n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on")
+        result.update(n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn)
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
     _write(bench, result, args)
 
@@ -227,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-r", "--repeats", type=int, default=3,
                    help="interleaved repeats per length, or conversations per mode with --chat (default 3)")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, metavar="N",
+                   help="in-process: layers to offload to the GPU (or RPC) device, as llama.cpp's -ngl (default 0)")
+    s.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
+                   help="in-process: flash attention (default off, as llama-cpp-python)")
     s.add_argument("--json", help="write the results as JSON")
     s.add_argument("--plot", help="write TTFT and speedup against length, or per turn with --chat (PNG)")
     s.set_defaults(func=cmd_bench)

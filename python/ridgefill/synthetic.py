@@ -201,9 +201,14 @@ class _Generated:
 
 @lru_cache(maxsize=1)
 def tokenizer_fields() -> tuple[list, list[str], list[int]]:
-    """SmolLM2-135M's tokenizer: its tokenizer.* keys but the token list, the tokens, their types."""
+    """SmolLM2-135M's tokenizer: its tokenizer.* keys but the token list, the tokens, their types.
+
+    Read from $RIDGEFILL_TOKENIZER_GGUF when set (a file from write_tokenizer, for machines that cannot fetch
+    the model), else from the GGUF that ridgefill.models.fetch("smollm2-135m") returns."""
+    import os
+
     from . import models
-    r = GGUFReader(models.fetch("smollm2-135m"))
+    r = GGUFReader(os.environ.get("RIDGEFILL_TOKENIZER_GGUF") or models.fetch("smollm2-135m"))
     if "tokenizer.ggml.scores" in r.fields:
         raise RidgefillError("the tokenizer has scores; synthetic.add_tokenizer pads tokens and types only")
     tokens, types = "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"
@@ -279,3 +284,42 @@ def write(spec: Spec | str, path: str | Path, type_name: str = "q8_0", *, seed: 
             with open(tmp, "r+b") as f:
                 f.truncate(pad(tmp.stat().st_size) + sum(pad(t.nbytes) for t in plan))
     return path
+
+
+def write_tokenizer(path: str | Path) -> Path:
+    """A tensor-less GGUF holding only the tokenizer the synthetic models carry (~2 MB; see tokenizer_fields)."""
+    keys, tokens, types = tokenizer_fields()
+    path = Path(path)
+    with _AtomicOutput(path) as tmp:
+        w = GGUFWriter(tmp, arch="llama")
+        add_fields(w, keys)
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        w.close()
+    return path
+
+
+def write_maps(model: str | Path, split_layer: int, path: str | Path, map_type: str = "f16", *,
+               seed: int = 0) -> Path:
+    """Maps for a synthetic model without calibrating it: small random W (std 0.01/sqrt(d)) and zero biases, with
+    the model's fingerprint, so that the runtime loads them.  Speed, memory and plumbing only: a fill with them
+    is not an approximation of anything."""
+    from .ggufio import MapFile, fingerprint, write_maps as write_map_file
+    r = GGUFReader(model)
+    shape = Shape.of(model)
+    if not 1 <= split_layer <= shape.n_layer - 1:
+        raise RidgefillError(f"split layer {split_layer} outside 1..{shape.n_layer - 1}")
+    late = range(split_layer + 1, shape.n_layer)
+    rng = np.random.default_rng(seed)
+    scale = 0.01 / math.sqrt(shape.d)
+    m = MapFile(arch=str(bytes(r.get_field("general.architecture").parts[-1]), "utf-8"), n_layer=shape.n_layer,
+                split_layer=split_layer, prior="synthetic", ridge_lambda=np.zeros(len(late)), calib_tokens=0,
+                sink_tokens=4, base_fingerprint=fingerprint(r), map_type=map_type,
+                weights={l: (rng.standard_normal((shape.d, shape.d), dtype=np.float32) * scale) for l in late},
+                biases={l: np.zeros(shape.d, np.float32) for l in late})
+    del r
+    write_map_file(path, m)
+    return Path(path)

@@ -1,0 +1,4 @@
+"""`python -m ridgefill ...` = the `ridgefill` command."""
+from .cli import main
+
+main()
