@@ -179,7 +179,9 @@ def main() -> None:
         return
     cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
-    pristine = unpacked_tree(cache) or pristine_tree(cache, fetch_sdist(cache))
+    # an sdist named by RIDGEFILL_UPSTREAM_SDIST is always verified; else an unpacked tree needs no sdist
+    pristine = (None if os.environ.get("RIDGEFILL_UPSTREAM_SDIST") else unpacked_tree(cache)) \
+        or pristine_tree(cache, fetch_sdist(cache))
     apply_series(pristine, args.dest.resolve(), patches)
 
 

@@ -110,7 +110,7 @@ def test_frontier_and_recommendation_by_hand():
 
 def test_sweep_tiny(smollm2, tmp_path):
     out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
-    r = run_cli("ridgefill", "sweep", str(smollm2), "--split-layers", "20,26", "--tail-tokens", "64",
+    r = run_cli("ridgefill", "sweep", str(smollm2), "--split-layers", "26", "--tail-tokens", "64,128",
                 "--length", "320", "--calib-tokens", "1024", "--prompts", "1", "-t", T,
                 "--workdir", str(tmp_path / "w"), "--json", str(out), "--plot", str(png))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -119,7 +119,7 @@ def test_sweep_tiny(smollm2, tmp_path):
     for p in res["points"]:
         assert p["speedup"] > 0 and p["kl"] >= 0 and p["limit"] > 1
     assert "recommended setting" in r.stdout and png.stat().st_size > 10_000
-    assert len(list((tmp_path / "w").glob("*.maps.gguf"))) == 2
+    assert len(list((tmp_path / "w").glob("*.maps.gguf"))) == 1
 
 
 @pytest.mark.parametrize("cmd, message", [

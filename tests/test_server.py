@@ -194,29 +194,35 @@ def test_parallel_completions_copy_the_record(srv, long_prompt):
 
 
 def test_concurrent_mix_keeps_exact_answers_exact(srv, long_prompt):
-    """Exact and approximate requests, streaming and not, on shared prefixes at once: every exact answer is the
-    one a fresh exact prefill gives."""
-    prompts = ["Mix one.\n" + long_prompt[:3000], "Mix two.\n" + long_prompt[1000:4000]]
+    """Exact and approximate requests, streaming and not, on shared prefixes at once: every exact answer's first
+    token is the one a fresh exact prefill gives, with the same logprob up to batch-shape noise: a prompt whose
+    cells were reused re-evaluates its last token alone, and that moved the logprob by 0.023 here (upstream too).
+    Approximate cells moved it by 0.33 in issue #9.  Later tokens are not compared: greedy texts part at near-ties
+    when requests share batches, on upstream's server too (the soak, docs/results.md)."""
+    prompts = ["Mix one.\n" + long_prompt[:2000], "Mix two.\n" + long_prompt[1000:3000]]
     bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
               for p in prompts for rf, stream in ((True, False), (False, True), ({"tail_tokens": 100}, True), (False, False))]
     out = [None] * len(bodies)
 
     def run(i):
-        body = {"n_predict": 6, "temperature": 0.0, **bodies[i]}
+        body = {"n_predict": 4, "n_probs": 1, "temperature": 0.0, **bodies[i]}
         with requests.post(srv.url + "/completion", json=body, timeout=600, stream=body["stream"]) as r:
             assert r.status_code == 200, r.text
             if body["stream"]:
                 chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
-                out[i] = "".join(c.get("content", "") for c in chunks)
+                out[i] = [p for c in chunks for p in c.get("completion_probabilities", [])]
             else:
-                out[i] = r.json()["content"]
+                out[i] = r.json()["completion_probabilities"]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for body, text in zip(bodies, out):
-        assert text is not None
+    for body, probs in zip(bodies, out):
+        assert probs
         if body["ridgefill"] is False:
-            assert text == complete(srv, body["prompt"], ridgefill=False, cache_prompt=False, n_predict=6)["content"]
+            want = complete(srv, body["prompt"], ridgefill=False, cache_prompt=False, n_predict=1, n_probs=1)
+            got, ref = probs[0], want["completion_probabilities"][0]
+            assert got["id"] == ref["id"] and abs(got["logprob"] - ref["logprob"]) < 0.1, (got, ref)
+

@@ -69,17 +69,8 @@ def test_qwen3_kv_splice_equals_exact(qwen3_synthetic, qwen3_maps):
     check_kv_equals_exact(qwen3_synthetic, qwen3_maps, 700, 1024)
 
 
-def test_splice_modes_attribute_the_error(smollm2, maps20):
-    """Every mode runs and stores what it names: exact K or V each close part of the gap, both close all."""
-    llm = ridgefill.Llama(str(smollm2), maps_path=str(maps20), tail_tokens=TAIL, sink_tokens=SINK, n_ctx=2048,
-                          n_batch=2048, n_ubatch=2048, n_threads=n_threads(), verbose=False)
-    toks = llm.tokenize(data.text("shakespeare")[:40000].encode())[:700]
-    ref = exact_in_ubatches(llm, toks, [SINK, len(toks) - TAIL, len(toks)])
-    kl = {m: kl_mean(ref, spliced(llm, toks, m)) for m in (None, "k", "v", "kscale", "kv")}
-    assert kl["kv"] < 1e-9
-    assert all(np.isfinite(v) for v in kl.values())
-    assert kl["k"] < 0.6 * kl[None] and kl["v"] < 0.6 * kl[None], kl
-    assert len(set(kl.values())) == 5, kl                # five different caches
-    llm.set_splice(None)
+def test_unknown_splice_mode_is_refused(smollm2, maps20):
+    """(What each mode does to the error is measured by `ridgefill eval --task splice`, tests/test_measure.py.)"""
+    llm = ridgefill.Llama(str(smollm2), maps_path=str(maps20), n_ctx=256, verbose=False)
     with pytest.raises(RidgefillError, match="unknown splice mode 'q'"):
         llm.set_splice("q")

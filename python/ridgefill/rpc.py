@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from .errors import RidgefillError
+from .server import Process, free_port
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -72,11 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     os.execv(binary, [str(binary), *argv])
 
 
-class RpcServer:
+class RpcServer(Process):
     """Runs ridgefill-rpc-server on 127.0.0.1 (a free port) for the duration of a `with` block."""
 
     def __init__(self, *args: str, threads: int = 1, ready_timeout: float = 60.0):
-        from .server import free_port
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.args = ["-H", "127.0.0.1", "-p", str(self.port), "-t", str(threads), *args]
@@ -98,16 +98,3 @@ class RpcServer:
                 time.sleep(0.1)
         self.__exit__(None, None, None)
         raise RidgefillError(f"ridgefill-rpc-server did not start in {self.ready_timeout:.0f}s:\n{self.log()[-2000:]}")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def log(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")

@@ -70,7 +70,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
+class Process:
+    """A child process for the duration of a `with` block, its output kept for log(); stopped on exit."""
+    proc: subprocess.Popen | None = None
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+
+class Server(Process):
     """Runs ridgefill-server on 127.0.0.1 for the duration of a `with` block."""
 
     def __init__(self, model: str | Path, *args: str, ready_timeout: float = 180.0):
@@ -99,19 +117,6 @@ class Server:
             time.sleep(0.2)
         self.__exit__(None, None, None)
         raise RidgefillError(f"ridgefill-server did not become healthy in {self.ready_timeout:.0f}s")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def log(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")
 
     def get(self, path: str) -> dict:
         return http_get(self.url, path)
