@@ -51,6 +51,9 @@ struct ridgefill_context {
 
     // tokens per sequence that took each path since the last reset
     std::map<llama_seq_id, int64_t> n_approx, n_exact;
+    // positions filled approximately per sequence since the last take (sorted half-open ranges): the source of
+    // every fill record (llama_ridgefill_take_filled)
+    std::map<llama_seq_id, std::vector<int32_t>> filled;
 
     // splice: the pass now running and what earlier passes recorded for the current ubatch
     ridgefill_splice splice = ridgefill_splice::none;

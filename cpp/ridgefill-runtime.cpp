@@ -85,6 +85,16 @@ void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch) {
     auto & counts = ubatch.ridgefill_approx ? rf->n_approx : rf->n_exact;
     for (uint32_t i = 0; i < ubatch.n_tokens; ++i) {
         counts[ubatch.seq_id[i][0]] += 1;
+        if (ubatch.ridgefill_approx) {
+            std::vector<int32_t> & r = rf->filled[ubatch.seq_id[i][0]];
+            const int32_t pos = ubatch.pos[i];
+            if (!r.empty() && r.back() == pos) {
+                r.back() = pos + 1;
+            } else {
+                r.push_back(pos);
+                r.push_back(pos + 1);
+            }
+        }
     }
 }
 
@@ -479,4 +489,22 @@ void llama_ridgefill_reset_counts(llama_context * ctx, llama_seq_id seq_id) {
         ctx->ridgefill->n_approx.erase(seq_id);
         ctx->ridgefill->n_exact.erase(seq_id);
     }
+}
+
+int32_t llama_ridgefill_take_filled(llama_context * ctx, llama_seq_id seq_id, int32_t * ranges, int32_t max_ranges) {
+    if (!ctx->ridgefill) {
+        return 0;
+    }
+    auto it = ctx->ridgefill->filled.find(seq_id);
+    if (it == ctx->ridgefill->filled.end()) {
+        return 0;
+    }
+    const int32_t n = (int32_t) it->second.size() / 2;
+    if (n > max_ranges) {
+        return fail("llama_ridgefill_take_filled: " + std::to_string(n) + " ranges, room for " +
+                    std::to_string(max_ranges));
+    }
+    std::copy(it->second.begin(), it->second.end(), ranges);
+    ctx->ridgefill->filled.erase(it);
+    return n;
 }

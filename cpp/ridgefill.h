@@ -59,6 +59,11 @@ LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);  
 LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, llama_seq_id seq_id,
                                              int64_t * n_approx, int64_t * n_exact);
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
+// The positions of a sequence filled approximately since the last call, as sorted half-open ranges
+// [ranges[2i], ranges[2i+1]); returns the number of ranges (-1: more than max_ranges, nothing taken).
+// A caller keeping a fill record (ridgefill.Llama) takes them after each decode.
+LLAMA_API int32_t llama_ridgefill_take_filled(struct llama_context * ctx, llama_seq_id seq_id, int32_t * ranges,
+                                              int32_t max_ranges);
 LLAMA_API const char * llama_ridgefill_last_error(void);
 // Where layer il's weights (map = false: its K projection) or its RidgeFill map (map = true) live: the
 // device name ("CPU", "RPC0", "CUDA0", ...), or NULL (no such layer, no map for it).

@@ -45,6 +45,7 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_maps_size", [ctx], ctypes.c_int64),
             ("llama_ridgefill_get_counts", [ctx, i32, i64p, i64p], None),
             ("llama_ridgefill_reset_counts", [ctx, i32], None),
+            ("llama_ridgefill_take_filled", [ctx, i32, ctypes.POINTER(i32), i32], i32),
             ("llama_ridgefill_placement", [ctx, i32, ctypes.c_bool], ctypes.c_char_p),
             ("llama_ridgefill_add_rpc_servers", [ctypes.c_char_p], i32)):
         fn = getattr(handle, name)

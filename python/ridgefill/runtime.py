@@ -183,6 +183,8 @@ class Llama(llama_cpp.Llama):
         check(h.llama_ridgefill_set_exact_from(self.ctx, SEQ, exact_from if self.ridgefill else -1))
         if self.n_tokens == 0:
             h.llama_ridgefill_reset_counts(self.ctx, SEQ)  # counts are per prompt
+            self._take_filled()
+            self._filled = []
         self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
         self._filled = [(b, min(e, self.n_tokens)) for b, e in self._filled if b < self.n_tokens]
         for start in range(0, len(tokens), self.n_batch):
@@ -203,18 +205,20 @@ class Llama(llama_cpp.Llama):
                     rows[np.flatnonzero(flags)] = logits
             elif self._logits_all:
                 self.scores[n_past:n_past + len(chunk)] = np.nan
-            if self.ridgefill:
-                self._record([n_past + i for i, f in enumerate(flags) if not f and self.sink_tokens <= n_past + i < exact_from])
+            self._take_filled()
             self.input_ids[n_past:n_past + len(chunk)] = chunk
             self.n_tokens += len(chunk)
         self._requires_eval = False
 
-    def _record(self, positions: list[int]) -> None:
-        """Add filled positions (ascending, contiguous within one chunk) to the fill record."""
-        if not positions:
-            return
-        b, e = positions[0], positions[-1] + 1
-        if self._filled and self._filled[-1][1] >= b:
-            self._filled[-1] = (self._filled[-1][0], max(self._filled[-1][1], e))
-        else:
-            self._filled.append((b, e))
+    def _take_filled(self) -> list[tuple[int, int]]:
+        """Add what the runtime filled since the last call (it decides each token's path) to the fill record."""
+        buf = (ctypes.c_int32 * 128)()
+        n = lib().llama_ridgefill_take_filled(self.ctx, SEQ, buf, 64)
+        if n < 0:
+            raise RidgefillError(lib().llama_ridgefill_last_error().decode())
+        for b, e in zip(buf[0:2 * n:2], buf[1:2 * n:2]):
+            if self._filled and self._filled[-1][1] >= b:
+                self._filled[-1] = (self._filled[-1][0], max(self._filled[-1][1], e))
+            else:
+                self._filled.append((b, e))
+        return self._filled
