@@ -31,10 +31,11 @@ def n_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def _calibrated(model: Path, split_layer: int, tokens: int, out: Path) -> Path:
+def _calibrated(model: Path, split_layer: int, tokens: int, out: Path, **config) -> Path:
+    """Maps calibrated on Brown in chunks of 512; `config`: other CalibConfig fields (map_kind, context_tokens...)."""
     from ridgefill.calibrate import CalibConfig, calibrate
     calibrate(CalibConfig(model=model, split_layer=split_layer, corpus="brown", tokens=tokens, ctx=512,
-                          threads=n_threads(), progress=False), out)
+                          threads=n_threads(), progress=False, **config), out)
     return out
 
 
@@ -42,6 +43,14 @@ def _calibrated(model: Path, split_layer: int, tokens: int, out: Path) -> Path:
 def maps20(smollm2, tmp_path_factory) -> Path:
     """SmolLM2 maps at split layer 20 from a small Brown budget, shared by the tests of a session."""
     return _calibrated(smollm2, 20, 6144, tmp_path_factory.mktemp("maps") / "smollm2-s20.gguf")
+
+
+@pytest.fixture(scope="session")
+def maps_kv20(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2 K/V maps at split layer 20 with 2 context tokens (features [h_t, h_t-1, h_t-2]), small Brown budget:
+    W (384, 1728) per late layer, K rows (3 heads × 64) then V rows."""
+    return _calibrated(smollm2, 20, 6144, tmp_path_factory.mktemp("maps") / "smollm2-s20-kv-c2.gguf",
+                       map_kind="kv", context_tokens=2)
 
 def logits_last(llm) -> "np.ndarray":
     import numpy as np

@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import run_cli
-from gguf import GGUFReader
+from gguf import GGUFReader, GGUFValueType
 
 from ridgefill import ggufio
 from ridgefill.errors import RidgefillError
@@ -142,4 +142,146 @@ def test_peak_memory_does_not_grow_with_the_token_budget(smollm2, tmp_path):
         r = calibrate_cli(smollm2, "-s", "24", "-n", str(tokens), "-c", "256", out=tmp_path / f"m{tokens}.gguf")
         assert r.returncode == 0, r.stderr
         peaks.append(float(re.search(r"peak memory (\d+) MB", r.stdout).group(1)))
+        assert "input maps, context_tokens 0, split_layer 24, prior identity" in r.stdout
     assert peaks[1] - peaks[0] < 25, peaks   # 4x the tokens, (almost) the same memory
+
+
+# K/V maps and context features (ggufio format 2)
+
+def test_kv_maps_with_context_round_trip(maps_kv20, tmp_path):
+    m = read_maps(maps_kv20)
+    assert (m.map_kind, m.context_tokens, m.kv_dims, m.format_version, m.prior) == ("kv", 2, (192, 192), 2, "zero")
+    assert m.late_layers == list(range(21, 30)) and len(m.ridge_lambda) == 18 and m.extra["calib_ctx"] == 512
+    for l in m.late_layers:
+        assert m.weights[l].shape == (384, 1728) and m.biases[l].shape == (384,)
+    r = GGUFReader(maps_kv20)
+    fields = {k: r.fields[k] for k in r.fields if k.startswith("ridgefill.")}
+    assert fields["ridgefill.format_version"].contents() == 2
+    assert fields["ridgefill.map_kind"].contents() == "kv"
+    assert fields["ridgefill.context_tokens"].contents() == 2
+    assert fields["ridgefill.kv_dims"].contents() == [192, 192]
+    for key in ("format_version", "context_tokens"):
+        assert fields["ridgefill." + key].types == [GGUFValueType.UINT32], key
+    assert fields["ridgefill.kv_dims"].types == [GGUFValueType.ARRAY, GGUFValueType.UINT32]
+    t = next(t for t in r.tensors if t.name == "ridgefill.blk.25.map.weight")
+    assert list(t.shape) == [1728, 384]                      # GGUF ne: [d_in, d_out]
+    d = m.diagnostics
+    for key in ggufio.KV_DIAG_KEYS:
+        assert np.isfinite(d[key]).all() and len(d[key]) == 9, key
+    assert (d["k_rel_err"] < d["identity_k_rel_err"]).all() and (d["v_rel_err"] < d["identity_v_rel_err"]).all()
+    assert (d["k_r2"] > 0).all() and (d["k_norm_ratio"] > 0.5).all() and (d["k_norm_ratio"] < 1.5).all()
+    text = ggufio.info_text(maps_kv20)
+    for line in ("map_kind:         kv", "context_tokens:   2", "format_version:   2", "kv_dims:          192 192"):
+        assert line in text, line
+    assert len([l for l in text.splitlines() if re.match(r"\s+2[1-9]\s", l)]) == 9
+    m.map_type = "f16"                                        # and written again
+    write_maps(tmp_path / "f16.gguf", m)
+    m2 = read_maps(tmp_path / "f16.gguf")
+    assert (m2.map_kind, m2.context_tokens, m2.kv_dims) == ("kv", 2, (192, 192))
+    np.testing.assert_array_equal(m2.ridge_lambda, m.ridge_lambda)
+    np.testing.assert_array_equal(m2.biases[29], m.biases[29])
+
+
+def test_kv_rows_predict_the_layers_own_k_then_v(maps_kv20, smollm2):
+    """On new text: rows [0, 192) of W [h_t, h_t-1, h_t-2] + b are layer 25's K (kvproj, heads in order, no RoPE),
+    rows [192, 384) its V; the features in another order predict much worse."""
+    from conftest import n_threads
+
+    from ridgefill import data, kvproj, ridge
+    from ridgefill.calibrate import LayerInputs
+    m = read_maps(maps_kv20)
+    runner = LayerInputs(smollm2, [20, 25], ctx=512, threads=n_threads())
+    toks = np.asarray(runner.bos + runner.tokenize(data.text("shakespeare")[5000:10000])[:299], dtype=np.int32)
+    h, x = runner.run(toks)
+    k, v = kvproj.project(kvproj.load(GGUFReader(smollm2), [25])[25], x[4:])
+    f = ridge.context_features(h, 2, 4)
+    W, b = m.weights[25], m.biases[25]
+    pred = f @ W.T + b
+    err = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)  # noqa: E731
+    k_err, v_err = err(pred[:, :192], k.reshape(len(k), -1)), err(pred[:, 192:], v)
+    assert k_err < 0.35 and v_err < 0.8, (k_err, v_err)
+    assert k_err < 0.8 * m.diagnostics["identity_k_rel_err"][4]
+    reversed_ = ridge.context_features(h[:, ::-1].copy(), 2, 4)[:, ::-1] @ W.T + b   # [h_t-2, h_t-1, h_t]
+    assert err(reversed_[:, :192], k.reshape(len(k), -1)) > 1.5 * k_err
+
+
+def test_bad_kv_and_context_settings_give_a_clear_error(smollm2, tmp_path):
+    from ridgefill.calibrate import CalibConfig, calibrate
+    out = tmp_path / "maps.gguf"
+    base = dict(model=smollm2, split_layer=20, corpus="brown", tokens=1024, ctx=512, progress=False)
+    cases = [(dict(context_tokens=3), "--context-tokens 3: must be in 0..2"),
+             (dict(context_tokens=-1), "--context-tokens -1: must be in 0..2"),
+             (dict(context_tokens=2, sink_tokens=1), "--sink-tokens 1 is less than --context-tokens 2"),
+             (dict(map_kind="kv", prior="identity"), "--prior identity needs --map-kind input"),
+             (dict(map_kind="qk"), "--map-kind 'qk': choose one of input, kv")]
+    for config, message in cases:
+        with pytest.raises(RidgefillError, match=re.escape(message)):
+            calibrate(CalibConfig(**base, **config), out)
+    for args, message in [(("--context-tokens", "3"), "--context-tokens 3: must be in 0..2"),
+                          (("--map-kind", "kv", "--prior", "identity"), "--prior identity needs --map-kind input")]:
+        r = calibrate_cli(smollm2, "-s", "20", *args, out=out)
+        assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def rewritten(src, out, drop=(), **keys):
+    """A copy of a map file without the keys `drop` and with ridgefill.KEY = value for `keys` (u32 for ints)."""
+    def add(w):
+        for k, v in keys.items():
+            if isinstance(v, int):
+                w.add_uint32("ridgefill." + k, v)
+            else:
+                w.add_string("ridgefill." + k, v)
+    drop = {"ridgefill." + k for k in (*drop, *keys)}
+    ggufio.copy_gguf(GGUFReader(src), out, keep_key=lambda k: k not in drop, add_keys=add)
+    return out
+
+
+def test_bad_map_files_of_format_2_are_refused(maps20, maps_kv20, tmp_path):
+    cases = [(dict(map_kind="foo"), "ridgefill.map_kind 'foo' is unknown"),
+             (dict(format_version=3), "map format version 3 is newer than this ridgefill reads (2)"),
+             (dict(context_tokens=3), "ridgefill.context_tokens 3 outside 0..2"),
+             (dict(map_kind="kv"), "kv maps need ridgefill.kv_dims"),
+             (dict(context_tokens=1), "layer 21: map shapes (576, 576)/(576,), expected (576, 1152)/(576,)")]
+    for i, (keys, message) in enumerate(cases):
+        bad = rewritten(maps20, tmp_path / f"bad{i}.gguf", **keys)
+        with pytest.raises(RidgefillError, match=re.escape(message)):
+            read_maps(bad)
+    with pytest.raises(RidgefillError, match=re.escape(f"{tmp_path / 'bad0.gguf'}: ridgefill.map_kind 'foo'")):
+        read_maps(tmp_path / "bad0.gguf")                     # names the file
+    with pytest.raises(RidgefillError, match=re.escape("ridge_lambda has 18 entries, expected 9 (input maps")):
+        read_maps(rewritten(maps_kv20, tmp_path / "as-input.gguf", drop=["kv_dims"], map_kind="input",
+                            context_tokens=0))
+    m = read_maps(maps_kv20)
+    m.weights[23] = m.weights[23][:-1]
+    with pytest.raises(RidgefillError, match=re.escape("layer 23: map shapes (383, 1728)/(384,), expected (384, 17")):
+        m.validate()
+    m.weights = {l: W[:, :-1] for l, W in read_maps(maps_kv20).weights.items()}
+    with pytest.raises(RidgefillError, match=re.escape("map input width 1727 is not a multiple of context_tokens + 1")):
+        m.validate()
+    m = read_maps(maps_kv20)
+    m.kv_dims = (192, 128)
+    with pytest.raises(RidgefillError, match="layer 21: map shapes"):
+        m.validate()
+    m = read_maps(maps_kv20)
+    m.ridge_lambda = m.ridge_lambda[:9]
+    with pytest.raises(RidgefillError, match="ridge_lambda has 9 entries, expected 18"):
+        m.validate()
+    m = read_maps(maps_kv20)
+    m.prior = "identity"
+    with pytest.raises(RidgefillError, match="identity prior"):
+        write_maps(tmp_path / "never.gguf", m)
+    assert not (tmp_path / "never.gguf").exists()
+
+
+def test_map_files_without_the_format_2_keys_read_as_before(maps20, tmp_path):
+    """A format 1 file (no format_version, map_kind, context_tokens) reads as input maps, C = 0, version 1."""
+    old = rewritten(maps20, tmp_path / "old.gguf", drop=["format_version", "map_kind", "context_tokens"])
+    assert not [k for k in GGUFReader(old).fields if k.split(".")[-1] in ("format_version", "map_kind",
+                                                                         "context_tokens", "kv_dims")]
+    m, new = read_maps(old), read_maps(maps20)
+    assert (m.map_kind, m.context_tokens, m.kv_dims, m.format_version) == ("input", 0, None, 1)
+    assert new.format_version == 2 and m.extra == new.extra and m.prior == new.prior == "identity"
+    for l in m.late_layers:
+        np.testing.assert_array_equal(m.weights[l], new.weights[l])
+    assert "format_version:   1" in ggufio.info_text(old) and "map_kind:         input" in ggufio.info_text(old)

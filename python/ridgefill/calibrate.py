@@ -1,14 +1,22 @@
 """`ridgefill calibrate`: fit the ridge maps of one split layer in one forward pass over text.
 
-The model runs chunk by chunk through the fork; for every token the inputs of the
-split layer (h) and of each late layer (x_l) are captured, and only their float64
-moments are kept (ridgefill.ridge.Moments), so memory does not grow with the
-number of tokens.  Whole chunks are held out for validation (λ choice and
-diagnostics); the first `sink_tokens` positions of every chunk are left out.
+The model runs chunk by chunk through the fork, each chunk decoded from position 0
+(BOS first); for every token the inputs of the split layer (h) and of each late layer
+(x_l) are captured, and only float64 moments of the features and targets are kept
+(ridgefill.ridge.Moments), so memory does not grow with the number of tokens.  The
+features of token t are [h_t, h_{t-1}, ..., h_{t-C}] (C = context_tokens); the targets
+are x_l (map kind "input") or, for "kv", the layer's K (after any k-norm, before RoPE)
+and V from its own projections of x_l, two targets per layer with a λ each.  Whole
+chunks are held out for validation (λ choice and diagnostics); the first `sink_tokens`
+positions of every chunk are left out of the fit (so C ≤ sink_tokens: the predecessors
+of every fitted token are in its chunk).
 
-Memory (docs/scale.md): during the pass, the model's weights plus two sets of moments of
-(L+1)·d²·8 bytes (L late layers, width d); then the model is freed, and the λ search
-and the solve hold one layer's d×d temporaries at a time plus the maps in float32.
+Memory (docs/scale.md), with D = (C+1)·d the feature width (d the model width, L late layers):
+during the pass, the model's weights plus two sets of moments of 8 bytes each per entry of
+  input:  D² + L·D·d                  (C = 0: (L+1)·d²)
+  kv:     D² + 2L·D·e,  e = d_k = d_v  (K and V widths, n_head_kv·head_dim; the narrower is zero-padded)
+plus, for kv, the late layers' K/V weights in float32; then the model is freed, and the λ search and the
+solve hold one target's temporaries (D×D factor, D×e right-hand side) at a time plus the maps in float32.
 """
 from __future__ import annotations
 
@@ -27,7 +35,8 @@ from . import data, kvproj, ridge
 from ._lib import lib
 from ._version import __version__
 from .errors import RidgefillError
-from .ggufio import MAP_TYPES, MapFile, _AtomicOutput, field_value, fingerprint, write_maps
+from .ggufio import (MAP_KINDS, MAP_TYPES, MAX_CONTEXT_TOKENS, MapFile, _AtomicOutput, field_value, fingerprint,
+                     write_maps)
 from .modelfile import check_gguf
 
 
@@ -40,7 +49,9 @@ class CalibConfig:
     tokens: int = 65536                               # tokens fed to the model
     ctx: int = 1024                                   # chunk length, BOS included
     lam: str | float = "auto"                         # relative λ, or "auto" (held-out grid search)
-    prior: str = "identity"
+    prior: str | None = None                          # "identity" | "zero"; None: identity for input, zero for kv
+    map_kind: str = "input"                           # "input": predict x_l; "kv": K and V of every late layer
+    context_tokens: int = 0                           # C: features are h of the token and of its C predecessors
     val_fraction: float = 0.1
     map_type: str = "f32"
     sink_tokens: int = 4
@@ -171,16 +182,19 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     """Fit the maps; the MapFile's extra also gets (not written to the file) peak_rss_mb and the seconds spent
     per phase: load_s, forward_s (the model), moments_s, solve_s (λ search and maps), diagnostics_s, write_s."""
     model = check_gguf(cfg.model)
-    reader = GGUFReader(model)
-    arch = field_value(reader, "general.architecture")
-    n_layer = int(field_value(reader, f"{arch}.block_count"))
-    s = cfg.split_layer
-    if not 1 <= s <= n_layer - 1:
-        raise RidgefillError(f"--split-layer {s} is outside 1..{n_layer - 1} ({model.name} has {n_layer} layers)")
     if cfg.map_type not in MAP_TYPES:
         raise RidgefillError(f"--map-type {cfg.map_type!r}: choose one of {', '.join(MAP_TYPES)}")
-    if cfg.prior not in ridge.PRIORS:
-        raise RidgefillError(f"--prior {cfg.prior!r}: choose one of {', '.join(ridge.PRIORS)}")
+    kind, C = cfg.map_kind, cfg.context_tokens
+    if kind not in MAP_KINDS:
+        raise RidgefillError(f"--map-kind {kind!r}: choose one of {', '.join(MAP_KINDS)}")
+    prior = cfg.prior or ("identity" if kind == "input" else "zero")
+    if prior not in ridge.PRIORS:
+        raise RidgefillError(f"--prior {prior!r}: choose one of {', '.join(ridge.PRIORS)}")
+    if kind == "kv" and prior == "identity":
+        raise RidgefillError("--prior identity needs --map-kind input (K/V maps have no identity to shrink "
+                             "toward); use --prior zero")
+    if not (isinstance(C, (int, np.integer)) and 0 <= C <= MAX_CONTEXT_TOKENS):
+        raise RidgefillError(f"--context-tokens {C!r}: must be in 0..{MAX_CONTEXT_TOKENS}")
     if not 0 <= cfg.val_fraction < 1:
         raise RidgefillError("--val-fraction must be in [0, 1)")
     if cfg.lam == "auto" and cfg.val_fraction == 0:
@@ -189,11 +203,29 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         raise RidgefillError(f"--lambda must be 'auto' or a number >= 0, not {cfg.lam!r}")
     if not 0 <= cfg.sink_tokens < cfg.ctx - 1:
         raise RidgefillError(f"--sink-tokens must be in 0..{cfg.ctx - 2}")
+    if cfg.sink_tokens < C:
+        raise RidgefillError(f"--sink-tokens {cfg.sink_tokens} is less than --context-tokens {C}: the fitted "
+                             f"tokens of a chunk need their {C} predecessors in it")
+    reader = GGUFReader(model)
+    arch = field_value(reader, "general.architecture")
+    n_layer = int(field_value(reader, f"{arch}.block_count"))
+    s = cfg.split_layer
+    if not 1 <= s <= n_layer - 1:
+        raise RidgefillError(f"--split-layer {s} is outside 1..{n_layer - 1} ({model.name} has {n_layer} layers)")
     if out_path is not None:
         _AtomicOutput(out_path)  # an unwritable output fails now, not after the pass
 
     late = list(range(s + 1, n_layer))
     clock = Stopwatch()
+    kvw, kv_dims = None, None
+    if kind == "kv":                                               # the targets' projections, loaded once
+        with clock("load"):
+            kvw = [kvproj.load(reader, [l])[l] for l in late]
+        dims = sorted({(w.wk.shape[0], w.wv.shape[0]) for w in kvw})
+        if len(dims) != 1:
+            raise RidgefillError(f"--map-kind kv needs the same K/V widths in every late layer; layers "
+                                 f"{late[0]}..{late[-1]} have (d_k, d_v) {dims}")
+        kv_dims = dims[0]
     with clock("load"):
         runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads)
     chunks = token_budget(runner, cfg)
@@ -201,18 +233,25 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     if cfg.val_fraction > 0 and is_val.all():
         raise RidgefillError("--tokens too small: no chunk left for fitting after the held-out ones")
     d, L = runner.d, len(late)
-    train, val = ridge.Moments(d, L), ridge.Moments(d, L)
-    sample = Reservoir(cfg.diag_tokens, (L + 1, d), cfg.seed)
+    D = (C + 1) * d
+    if kind == "kv":                                               # 2L targets: K(s+1), V(s+1), K(s+2), ...
+        train, val = ridge.Moments(D, 2 * L, max(kv_dims)), ridge.Moments(D, 2 * L, max(kv_dims))
+    else:
+        train, val = ridge.Moments(D, L, d), ridge.Moments(D, L, d)
+    sample = Reservoir(cfg.diag_tokens, (C + 1 + L, d), cfg.seed)  # h_t, ..., h_{t-C}, then x_l
 
     bar = tqdm(total=sum(len(c) for c in chunks), unit="tok", unit_scale=True, desc="calibrate",
                disable=not cfg.progress)
     for chunk, held_out in zip(chunks, is_val):
         with clock("forward"):
-            acts = runner.run(chunk)[:, cfg.sink_tokens:]          # (1+L, n, d): h, then x_l
+            acts = runner.run(chunk)                               # (1+L, n, d): h, then x_l, every position
         with clock("moments"):
-            (val if held_out else train).add(acts[0], acts[1:])
+            f = ridge.context_features(acts[0], C, cfg.sink_tokens)   # (n', D), rows of the fitted positions
+            xs = acts[1:, cfg.sink_tokens:]
+            ys = xs if kind == "input" else kv_targets(kvw, xs, max(kv_dims))
+            (val if held_out else train).add(f, ys)
             if held_out:
-                sample.add(acts.transpose(1, 0, 2))
+                sample.add(np.concatenate([f.reshape(len(f), C + 1, d), xs.transpose(1, 0, 2)], axis=1))
         bar.update(len(chunk))
     bar.close()
     del runner
@@ -221,24 +260,33 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
 
     with clock("solve"):
         if cfg.lam == "auto":
-            lams, _ = ridge.pick_lambda(train, val, cfg.prior)
+            lams, _ = ridge.pick_lambda(train, val, prior)         # per target: for kv λ_K, λ_V per layer
         else:
-            lams = np.full(L, float(cfg.lam))
-        W, b = ridge.solve(train, lams, cfg.prior, dtype=np.float32)   # maps are written as float32 (or smaller)
+            lams = np.full(train.L, float(cfg.lam))
+        W, b = ridge.solve(train, lams, prior, dtype=np.float32)   # maps are written as float32 (or smaller)
     n_train = train.n
-    del train                                                      # L·d² float64: not needed any more
+    del train                                                      # the moments: not needed any more
     if not (np.isfinite(W).all() and np.isfinite(b).all()):
         raise RidgefillError("the ridge solve produced NaN or Inf (try a larger --lambda)")
 
     with clock("diagnostics"):
-        diag = diagnostics(reader, late, W, b, val, sample.sample) if val.n else {}
-    m = MapFile(arch=arch, n_layer=n_layer, split_layer=s, prior=cfg.prior, ridge_lambda=lams,
+        if not val.n:
+            diag = {}
+        elif kind == "kv":
+            diag = kv_diagnostics(kvw, kv_dims, W, b, val, sample.sample, C)
+        else:
+            diag = diagnostics(reader, late, W, b, val, sample.sample, C)
+    if kind == "kv":                                               # per layer: the K rows, then the V rows
+        dk, dv = kv_dims
+        W = np.concatenate([W[0::2, :dk], W[1::2, :dv]], axis=1)
+        b = np.concatenate([b[0::2, :dk], b[1::2, :dv]], axis=1)
+    m = MapFile(arch=arch, n_layer=n_layer, split_layer=s, prior=prior, ridge_lambda=lams,
                 calib_tokens=n_train, sink_tokens=cfg.sink_tokens, base_fingerprint=fingerprint(reader),
                 map_type=cfg.map_type, weights={l: W[i] for i, l in enumerate(late)},
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
                 extra={"calib_ctx": cfg.ctx, "val_tokens": val.n,
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
-                version=__version__)
+                version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims)
     if out_path is not None:
         with clock("write"):
             write_maps(out_path, m)
@@ -247,22 +295,58 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     return m
 
 
+def kv_targets(kvw: list[kvproj.KVWeights], xs: np.ndarray, width: int) -> np.ndarray:
+    """K and V of late-layer inputs xs (L, n, d) through each layer's projections: (2L, n, width) targets
+    K(s+1), V(s+1), K(s+2), ... (K heads one after another).  A narrower K or V is zero-padded to `width`:
+    with the zero prior a zero column is fit by a zero row and adds nothing to any error, so this is exact."""
+    L, n = xs.shape[:2]
+    out = np.zeros((2 * L, n, width), dtype=np.float32)
+    for i, (w, x) in enumerate(zip(kvw, xs)):
+        k, v = kvproj.project(w, x)
+        out[2 * i, :, :k.shape[1] * k.shape[2]] = k.reshape(n, -1)
+        out[2 * i + 1, :, :v.shape[1]] = v
+    return out
+
+
 def diagnostics(reader: GGUFReader, late: list[int], W: np.ndarray, b: np.ndarray,
-                val: ridge.Moments, sample: np.ndarray) -> dict[str, np.ndarray]:
-    """Per late layer, on held-out tokens: R², relative error, K/V errors and key norm ratio; identity baseline too."""
-    L = len(late)
+                val: ridge.Moments, sample: np.ndarray, context_tokens: int = 0) -> dict[str, np.ndarray]:
+    """Input maps, per late layer, on held-out tokens: R², relative error, K/V errors and key norm ratio;
+    identity baseline (x̂_l = h_t) too.  sample: (n, C+1+L, d) rows h_t, ..., h_{t-C}, x_l."""
+    L, n_ctx = len(late), context_tokens + 1
     total, base = ridge.sst(val), val.sxx
     sse, sse_id = ridge.sse(val, W, b), ridge.sse_identity(val)
     out = {"r2": 1 - sse / total, "rel_err": np.sqrt(sse / base),
            "identity_r2": 1 - sse_id / total, "identity_rel_err": np.sqrt(sse_id / base)}
-    h = sample[:, 0]
+    h, f = sample[:, 0], sample[:, :n_ctx].reshape(len(sample), -1)
     cols = {k: np.empty(L) for k in ("k_rel_err", "v_rel_err", "k_norm_ratio", "identity_k_rel_err",
                                      "identity_v_rel_err")}
     for i, l in enumerate(late):
         kv = kvproj.load(reader, [l])[l]                       # one layer's K/V weights at a time
-        x = sample[:, i + 1]
-        x_hat = h @ W[i].T.astype(np.float32) + b[i].astype(np.float32)
+        x = sample[:, n_ctx + i]
+        x_hat = f @ W[i].T.astype(np.float32) + b[i].astype(np.float32)
         cols["k_rel_err"][i], cols["v_rel_err"][i], cols["k_norm_ratio"][i] = kvproj.kv_errors(kv, x_hat, x)
         cols["identity_k_rel_err"][i], cols["identity_v_rel_err"][i], _ = kvproj.kv_errors(kv, h, x)
+    out.update(cols)
+    return out
+
+
+def kv_diagnostics(kvw: list[kvproj.KVWeights], kv_dims: tuple[int, int], W: np.ndarray, b: np.ndarray,
+                   val: ridge.Moments, sample: np.ndarray, context_tokens: int) -> dict[str, np.ndarray]:
+    """K/V maps, per late layer, on held-out tokens: relative error and R² of K and of V (from the held-out
+    moments), key norm ratio (per head, on the sample) and the identity baseline (K/V of h_t through the layer's
+    projections).  W (2L, e, D), b (2L, e): the solved targets K(s+1), V(s+1), ...; sample as in diagnostics."""
+    n_ctx, dk = context_tokens + 1, kv_dims[0]
+    sse, total, base = ridge.sse(val, W, b), ridge.sst(val), val.sxx
+    out = {"k_rel_err": np.sqrt(sse[0::2] / base[0::2]), "v_rel_err": np.sqrt(sse[1::2] / base[1::2]),
+           "k_r2": 1 - sse[0::2] / total[0::2], "v_r2": 1 - sse[1::2] / total[1::2]}
+    h, f = sample[:, 0], sample[:, :n_ctx].reshape(len(sample), -1)
+    cols = {k: np.empty(len(kvw)) for k in ("k_norm_ratio", "identity_k_rel_err", "identity_v_rel_err")}
+    for i, w in enumerate(kvw):
+        x = sample[:, n_ctx + i]
+        k, _ = kvproj.project(w, x)
+        k_hat = (f @ W[2 * i, :dk].T + b[2 * i, :dk].astype(np.float32)).reshape(k.shape)
+        norms = np.linalg.norm(k_hat, axis=-1) / np.maximum(np.linalg.norm(k, axis=-1), 1e-30)
+        cols["k_norm_ratio"][i] = float(norms.mean())
+        cols["identity_k_rel_err"][i], cols["identity_v_rel_err"][i], _ = kvproj.kv_errors(w, h, x)
     out.update(cols)
     return out

@@ -1,8 +1,16 @@
 """RidgeFill's GGUF files: the base-model fingerprint, map files (sidecar) and augmented models.
 
-Tensors:  ridgefill.blk.{l}.map.weight  (d×d, f32|f16|q8_0; x̂_l = W h + b)
-          ridgefill.blk.{l}.map.bias    (d, f32)        for every late layer l > split_layer
-Keys:     ridgefill.* (see MapFile), plus general.type = "ridgefill_maps" in a sidecar.
+Tensors, for every late layer l > split_layer (numpy shapes; GGUF ne is the reverse):
+          ridgefill.blk.{l}.map.weight  W (d_out, D), f32|f16|q8_0
+          ridgefill.blk.{l}.map.bias    b (d_out,), f32
+  with features f_t = [h_t, h_{t-1}, ..., h_{t-C}] (D = (C+1)·d, C = context_tokens, h the split layer's input):
+  map_kind "input": d_out = d,          x̂_l = W f_t + b
+  map_kind "kv":    d_out = d_k + d_v,  W f_t + b = [k_l; v_l]: rows [0, d_k) are K (after any k-norm, before
+                    RoPE, heads one after another), rows [d_k, d_k + d_v) are V
+Keys:     ridgefill.* (see MapFile and _add_keys), plus general.type = "ridgefill_maps" in a sidecar.  Format 2
+          added format_version (u32; absent: 1), map_kind ("input"|"kv"; absent: "input"), context_tokens (u32;
+          absent: 0) and, for kv, kv_dims [d_k, d_v] (u32).  ridge_lambda holds one λ per late layer, or for kv
+          two, interleaved [λ_K(s+1), λ_V(s+1), λ_K(s+2), ...].  A format 1 file is read as input maps, C = 0.
 """
 from __future__ import annotations
 
@@ -25,6 +33,10 @@ MAP_TENSOR = re.compile(r"ridgefill\.blk\.(\d+)\.map\.(weight|bias)")
 MAP_TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
 DIAG_KEYS = ("r2", "rel_err", "k_rel_err", "v_rel_err", "k_norm_ratio",
              "identity_r2", "identity_rel_err", "identity_k_rel_err", "identity_v_rel_err")
+KV_DIAG_KEYS = ("k_rel_err", "v_rel_err", "k_norm_ratio", "k_r2", "v_r2", "identity_k_rel_err", "identity_v_rel_err")
+FORMAT_VERSION = 2                   # what write_maps writes and the newest read_maps reads
+MAP_KINDS = ("input", "kv")
+MAX_CONTEXT_TOKENS = 2
 
 
 def weight_name(layer: int) -> str:
@@ -75,31 +87,66 @@ class MapFile:
     base_fingerprint: str
     map_type: str
     weights: dict[int, np.ndarray]    # late layer l -> W (d_out, d_in), float32 (dequantized when read)
-    biases: dict[int, np.ndarray]     # late layer l -> b (d,)
-    diagnostics: dict[str, np.ndarray] = field(default_factory=dict)  # DIAG_KEYS -> per late layer
+    biases: dict[int, np.ndarray]     # late layer l -> b (d_out,)
+    diagnostics: dict[str, np.ndarray] = field(default_factory=dict)  # DIAG_KEYS (KV_DIAG_KEYS) -> per late layer
     extra: dict[str, object] = field(default_factory=dict)           # other ridgefill.* scalars
     version: str = __version__
+    map_kind: str = "input"           # what W predicts: the layer input x_l, or its K and V ("kv")
+    context_tokens: int = 0           # C: predecessors whose split-layer states are features too
+    kv_dims: tuple[int, int] | None = None   # kv: (d_k, d_v), the rows of K and of V in W
+    format_version: int = FORMAT_VERSION     # of the file read (write_maps always writes FORMAT_VERSION)
 
     @property
     def late_layers(self) -> list[int]:
         return list(range(self.split_layer + 1, self.n_layer))
 
     def validate(self) -> None:
+        if self.format_version > FORMAT_VERSION:
+            raise RidgefillError(f"map format version {self.format_version} is newer than this ridgefill reads "
+                                 f"({FORMAT_VERSION}); upgrade ridgefill")
+        if self.map_kind not in MAP_KINDS:
+            raise RidgefillError(f"map_kind {self.map_kind!r} is unknown (expected one of {', '.join(MAP_KINDS)})")
+        if not 0 <= self.context_tokens <= MAX_CONTEXT_TOKENS:
+            raise RidgefillError(f"context_tokens {self.context_tokens} outside 0..{MAX_CONTEXT_TOKENS}")
         if not 1 <= self.split_layer <= self.n_layer - 1:
             raise RidgefillError(f"split_layer {self.split_layer} outside 1..{self.n_layer - 1}")
         if sorted(self.weights) != self.late_layers or sorted(self.biases) != self.late_layers:
             raise RidgefillError(f"maps must cover layers {self.split_layer + 1}..{self.n_layer - 1} exactly")
-        d = None
+        L, n_ctx = len(self.late_layers), self.context_tokens + 1
+        n_lam = 2 * L if self.map_kind == "kv" else L
+        if len(self.ridge_lambda) != n_lam:
+            raise RidgefillError(f"ridge_lambda has {len(self.ridge_lambda)} entries, expected {n_lam} "
+                                 f"({self.map_kind} maps for {L} layers)")
+        for l in self.late_layers:
+            if self.weights[l].ndim != 2:
+                raise RidgefillError(f"layer {l}: map weight has shape {self.weights[l].shape}, expected 2 dimensions")
+        first = self.weights[self.late_layers[0]].shape
+        if self.map_kind == "kv":                 # (d_k + d_v, D), D the same in every layer
+            if self.prior == "identity":
+                raise RidgefillError("kv maps cannot have the identity prior (it needs map_kind input)")
+            if self.kv_dims is None or len(self.kv_dims) != 2 or min(self.kv_dims) < 1:
+                raise RidgefillError(f"kv maps need kv_dims (d_k, d_v), not {self.kv_dims}")
+            d_out, D = sum(self.kv_dims), first[1]
+            if D % n_ctx:
+                raise RidgefillError(f"map input width {D} is not a multiple of context_tokens + 1 = {n_ctx}")
+        else:                                     # (d, (C+1)·d)
+            d_out, D = first[0], n_ctx * first[0]
         for l in self.late_layers:
             W, b = self.weights[l], self.biases[l]
-            d = d or W.shape[1]
-            if W.shape != (d, d) or b.shape != (d,):
-                raise RidgefillError(f"layer {l}: map shapes {W.shape}/{b.shape}, expected ({d}, {d})/({d},)")
+            if W.shape != (d_out, D) or b.shape != (d_out,):
+                raise RidgefillError(f"layer {l}: map shapes {W.shape}/{b.shape}, expected ({d_out}, {D})/({d_out},) "
+                                     f"for {self.map_kind} maps with context_tokens {self.context_tokens}")
             if not (np.isfinite(W).all() and np.isfinite(b).all()):
                 raise RidgefillError(f"layer {l}: map holds NaN or Inf")
 
 
 def _add_keys(w: GGUFWriter, m: MapFile) -> None:
+    w.add_uint32(PREFIX + "format_version", FORMAT_VERSION)
+    w.add_string(PREFIX + "map_kind", m.map_kind)
+    w.add_uint32(PREFIX + "context_tokens", int(m.context_tokens))
+    if m.map_kind == "kv":
+        w.add_key_value(PREFIX + "kv_dims", [int(x) for x in m.kv_dims], GGUFValueType.ARRAY,
+                        sub_type=GGUFValueType.UINT32)
     w.add_string(PREFIX + "version", m.version)
     w.add_uint32(PREFIX + "split_layer", m.split_layer)
     w.add_uint32(PREFIX + "n_layer", m.n_layer)
@@ -170,6 +217,26 @@ def write_maps(path: str | Path, m: MapFile) -> None:
         w.close()
 
 
+def _format_keys(path: Path, get) -> tuple[int, str, int, tuple[int, int] | None]:
+    """(format_version, map_kind, context_tokens, kv_dims) of a map file, defaults for a format 1 file."""
+    version, kind, ctx, dims = get("format_version", 1), get("map_kind", "input"), get("context_tokens", 0), None
+    if not isinstance(version, int) or version < 1:
+        raise RidgefillError(f"{path}: ridgefill.format_version {version!r} is not a format version")
+    if version > FORMAT_VERSION:
+        raise RidgefillError(f"{path}: map format version {version} is newer than this ridgefill reads "
+                             f"({FORMAT_VERSION}); upgrade ridgefill to use these maps")
+    if kind not in MAP_KINDS:
+        raise RidgefillError(f"{path}: ridgefill.map_kind {kind!r} is unknown (expected one of {', '.join(MAP_KINDS)})")
+    if not isinstance(ctx, int) or not 0 <= ctx <= MAX_CONTEXT_TOKENS:
+        raise RidgefillError(f"{path}: ridgefill.context_tokens {ctx!r} outside 0..{MAX_CONTEXT_TOKENS}")
+    if kind == "kv":
+        dims = get("kv_dims")
+        if not (isinstance(dims, list) and len(dims) == 2 and all(isinstance(x, int) and x > 0 for x in dims)):
+            raise RidgefillError(f"{path}: kv maps need ridgefill.kv_dims [d_k, d_v], not {dims!r}")
+        dims = (int(dims[0]), int(dims[1]))
+    return version, kind, ctx, dims
+
+
 def read_maps(path: str | Path) -> MapFile:
     """Read the maps of a sidecar or an augmented model (dequantized to float32)."""
     path = check_gguf(path)
@@ -177,6 +244,7 @@ def read_maps(path: str | Path) -> MapFile:
     if r.get_field(PREFIX + "split_layer") is None:
         raise RidgefillError(f"{path}: holds no RidgeFill maps (no ridgefill.split_layer key)")
     get = lambda k, d=None: field_value(r, PREFIX + k, d)  # noqa: E731
+    version, kind, ctx, dims = _format_keys(path, get)
     tensors = {t.name: t for t in r.tensors if t.name.startswith(PREFIX)}
     weights, biases = {}, {}
     for name, t in tensors.items():
@@ -186,7 +254,7 @@ def read_maps(path: str | Path) -> MapFile:
         arr = dequantize(t.data, t.tensor_type).astype(np.float32)
         (weights if m.group(2) == "weight" else biases)[int(m.group(1))] = arr
     known = {"version", "split_layer", "n_layer", "prior", "ridge_lambda", "calib_tokens", "sink_tokens",
-             "base_fingerprint", "map_type"}
+             "base_fingerprint", "map_type", "format_version", "map_kind", "context_tokens", "kv_dims"}
     diag, extra = {}, {}
     for key in r.fields:
         if key.startswith(PREFIX + "diag."):
@@ -198,7 +266,8 @@ def read_maps(path: str | Path) -> MapFile:
                 ridge_lambda=np.asarray(get("ridge_lambda"), dtype=np.float64),
                 calib_tokens=int(get("calib_tokens")), sink_tokens=int(get("sink_tokens")),
                 base_fingerprint=get("base_fingerprint"), map_type=get("map_type"),
-                weights=weights, biases=biases, diagnostics=diag, extra=extra, version=get("version"))
+                weights=weights, biases=biases, diagnostics=diag, extra=extra, version=get("version"),
+                map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version)
     m.validate()
     return m
 
@@ -225,15 +294,15 @@ def add_fields(w: GGUFWriter, fields, rename_key=lambda k: k) -> None:
 
 
 def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, rename_key=lambda k: k,
-              add_keys=None, extra_tensors=()) -> None:
-    """Stream a GGUF into `path`: every key (renamed by `rename_key`) and tensor of `reader` unchanged,
-    then `add_keys(writer)` and the `extra_tensors` [(name, array, GGMLQuantizationType)].
+              add_keys=None, extra_tensors=(), keep_key=lambda k: True) -> None:
+    """Stream a GGUF into `path`: every key that `keep_key` accepts (renamed by `rename_key`) and every tensor
+    of `reader` unchanged, then `add_keys(writer)` and the `extra_tensors` [(name, array, GGMLQuantizationType)].
 
     Tensor data is written from the memory-mapped source, so a model is never loaded into RAM.
     """
     w = GGUFWriter(path, arch=arch or field_value(reader, "general.architecture"))
     w.data_alignment = int(field_value(reader, "general.alignment", w.data_alignment))
-    add_fields(w, read_fields(reader), rename_key)
+    add_fields(w, read_fields(reader, keep_key), rename_key)
     if add_keys:
         add_keys(w)
     for t in reader.tensors:
@@ -267,15 +336,24 @@ def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) 
 def info_text(path: str | Path) -> str:
     """The ridgefill metadata and per-layer diagnostics table of a map file or augmented model."""
     m = read_maps(path)
+    D = m.weights[m.late_layers[0]].shape[1]
+    kind = ("kv (each late layer's K, before RoPE, and V)" if m.map_kind == "kv"
+            else "input (each late layer's input)")
     lines = [f"file:             {path}",
              f"ridgefill:        {m.version}",
+             f"format_version:   {m.format_version}",
              f"architecture:     {m.arch}, {m.n_layer} layers",
              f"split_layer:      {m.split_layer} (maps for layers {m.split_layer + 1}..{m.n_layer - 1})",
+             f"map_kind:         {kind}",
+             f"context_tokens:   {m.context_tokens} (features: split-layer states of the token and "
+             f"{m.context_tokens} before it, width {D})",
              f"prior:            {m.prior}",
              f"map_type:         {m.map_type}",
              f"calib_tokens:     {m.calib_tokens}",
              f"sink_tokens:      {m.sink_tokens}",
              f"base_fingerprint: {m.base_fingerprint}"]
+    if m.map_kind == "kv":
+        lines.insert(6, f"kv_dims:          {m.kv_dims[0]} {m.kv_dims[1]} (d_k d_v)")
     lines += [f"{k + ':':17s} {v}" for k, v in sorted(m.extra.items())]
     lines += ["", diagnostics_table(m)]
     return "\n".join(lines)
@@ -283,15 +361,24 @@ def info_text(path: str | Path) -> str:
 
 def diagnostics_table(m: MapFile) -> str:
     d = m.diagnostics
-    cols = [("layer", None), ("λ", m.ridge_lambda), ("R²", d.get("r2")), ("R² id", d.get("identity_r2")),
-            ("rel err", d.get("rel_err")), ("K err", d.get("k_rel_err")), ("K err id", d.get("identity_k_rel_err")),
-            ("V err", d.get("v_rel_err")), ("V err id", d.get("identity_v_rel_err")),
-            ("|k̂|/|k|", d.get("k_norm_ratio"))]
+    if m.map_kind == "kv":
+        cols = [("layer", None), ("λ K", m.ridge_lambda[0::2]), ("λ V", m.ridge_lambda[1::2]),
+                ("R² K", d.get("k_r2")), ("R² V", d.get("v_r2")),
+                ("K err", d.get("k_rel_err")), ("K err id", d.get("identity_k_rel_err")),
+                ("V err", d.get("v_rel_err")), ("V err id", d.get("identity_v_rel_err")),
+                ("|k̂|/|k|", d.get("k_norm_ratio"))]
+        note = "(held-out tokens; 'id' = identity baseline: K/V of h through the layer's own projections)"
+    else:
+        cols = [("layer", None), ("λ", m.ridge_lambda), ("R²", d.get("r2")), ("R² id", d.get("identity_r2")),
+                ("rel err", d.get("rel_err")), ("K err", d.get("k_rel_err")),
+                ("K err id", d.get("identity_k_rel_err")), ("V err", d.get("v_rel_err")),
+                ("V err id", d.get("identity_v_rel_err")), ("|k̂|/|k|", d.get("k_norm_ratio"))]
+        note = "(held-out tokens; 'id' = identity baseline x̂_l = h)"
     cols = [(n, v) for n, v in cols if n == "layer" or v is not None]
     head = " ".join(f"{n:>9s}" for n, _ in cols)
     rows = [head]
     for i, l in enumerate(m.late_layers):
-        cells = [f"{l:>9d}"] + [f"{v[i]:>9.2g}" if n == "λ" else f"{v[i]:>9.4f}" for n, v in cols[1:]]
+        cells = [f"{l:>9d}"] + [f"{v[i]:>9.2g}" if n.startswith("λ") else f"{v[i]:>9.4f}" for n, v in cols[1:]]
         rows.append(" ".join(cells))
-    rows.append("(held-out tokens; 'id' = identity baseline x̂_l = h)")
+    rows.append(note)
     return "\n".join(rows)

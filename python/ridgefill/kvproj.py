@@ -1,4 +1,4 @@
-"""A layer's own K/V projections in numpy, for calibration diagnostics.
+"""A layer's own K/V projections in numpy: the targets of K/V maps and the calibration diagnostics.
 
 K/V are what the cache keeps, so map quality is judged on them too.  RoPE is
 left out: it rotates k̂ and k of the same position alike, so norms and errors
@@ -46,7 +46,7 @@ def load(reader: GGUFReader, layers: list[int]) -> dict[int, KVWeights]:
     for l in layers:
         wk, wv = get(f"blk.{l}.attn_k.weight"), get(f"blk.{l}.attn_v.weight")
         if wk is None or wv is None:
-            raise RidgefillError(f"layer {l}: K/V diagnostics need separate attn_k/attn_v weights")
+            raise RidgefillError(f"layer {l}: K/V maps and diagnostics need separate attn_k/attn_v weights")
         n_kv_l = int(n_kv[l] if isinstance(n_kv, list) else n_kv)
         out[l] = KVWeights(get(f"blk.{l}.attn_norm.weight"), wk, wv, get(f"blk.{l}.attn_k.bias"),
                            get(f"blk.{l}.attn_v.bias"), get(f"blk.{l}.attn_k_norm.weight"), n_kv_l, eps)
