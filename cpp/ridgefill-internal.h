@@ -16,18 +16,28 @@ struct llama_model;
 struct llama_ubatch;
 class llama_batch_allocr;
 
-// The maps of one split layer: x̂_l = W_l h + b_l for every late layer l > split_layer.
+// What a map predicts for its late layer (GGUF ridgefill.map_kind): the layer's input (then its own norm and
+// K/V projections run on it), or its K (after any k-norm, before RoPE) and V directly.
+enum class ridgefill_map_kind : uint8_t { input, kv };
+
+// The maps of one split layer: y_l = W_l f + b_l for every late layer l > split_layer, where the features
+// f = [h_t, h_{t-1}, .., h_{t-C}] are the split layer's input for the token and its C predecessors of the
+// same sequence (C = context_tokens), and y_l is x̂_l (input maps) or [K̂_l; V̂_l] (kv maps).
 struct ridgefill_maps {
     int32_t split_layer = -1;
     int32_t n_layer     = 0;
     int32_t sink_tokens = 0;  // first positions of each calibration chunk the maps were not fitted on
+    int32_t format_version = 1;
+    ridgefill_map_kind kind = ridgefill_map_kind::input;
+    int32_t context_tokens = 0;
+    int64_t d_k = 0, d_v = 0;  // kv maps: rows [0, d_k) of y are K (head-major), [d_k, d_k + d_v) are V
     uint64_t generation = 0;  // unique per load: graphs are reused only for the same maps, not the same address
     std::string path;
     std::string fingerprint;
     std::string prior;
     std::string map_type;
-    std::vector<ggml_tensor *> weight; // [n_layer], null for l <= split_layer; ne = {d, d}
-    std::vector<ggml_tensor *> bias;   // [n_layer], null for l <= split_layer; ne = {d}
+    std::vector<ggml_tensor *> weight; // [n_layer], null for l <= split_layer; ne = {(C+1)·d, d_out}
+    std::vector<ggml_tensor *> bias;   // [n_layer], null for l <= split_layer; ne = {d_out}
 
     std::vector<ggml_context *>          ctxs;
     std::vector<ggml_backend_buffer_t>   bufs;
@@ -60,6 +70,18 @@ struct ridgefill_context {
     int pass = 0;
     std::vector<std::vector<float>> exact_inp;   // [n_layer] exact layer inputs, n_embd x n_tokens
     std::vector<std::vector<float>> exact_knorm; // [n_layer] exact per-head K norms, n_head_kv x n_tokens
+
+    // context features: per sequence, the split layer's input of its last decoded positions (at most
+    // context_tokens of them), exact (layers below the split are exact on every path).  Written after
+    // every ubatch; entries the memory no longer holds as decoded are dropped (ridgefill_memory_changed).
+    std::map<llama_seq_id, std::map<llama_pos, std::vector<float>>> carry;
+    const void * memory = nullptr;  // the context's memory, whose changes reach `carry`
+
+    // debug: the map outputs y_l of the approximate tokens of the last decode, per late layer, batch order
+    bool capture_pred = false;
+    std::vector<std::vector<float>> pred;  // [n_layer] rows of d_out floats
+
+    ~ridgefill_context();
 };
 
 // What a graph needs to know: non-null maps only when the ubatch takes the approximate path.
@@ -77,18 +99,26 @@ struct ridgefill_graph {
     bool record_norm = false; // output the per-head norms of K
     bool rescale_k   = false; // rescale K to the recorded norms
 
+    // context features (maps with context_tokens > 0, on every path): the graph copies out the split
+    // layer's input of each sequence's last rows, and an approximate graph gathers each token's predecessors
+    int32_t context_tokens = 0;
+    const ridgefill_context * carry_rf = nullptr;
+    bool record_pred = false; // output the map outputs (llama_ridgefill_capture_predicted)
+
     bool approx() const { return maps != nullptr; }
     bool operator==(const ridgefill_graph & o) const {
         return maps == o.maps && maps_generation == o.maps_generation && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
                exact_inp == o.exact_inp && store_k == o.store_k && store_v == o.store_v &&
-               record_norm == o.record_norm && rescale_k == o.rescale_k;
+               record_norm == o.record_norm && rescale_k == o.rescale_k && context_tokens == o.context_tokens &&
+               carry_rf == o.carry_rf && record_pred == o.record_pred;
     }
     bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
 };
 
 // The one place where a token's path is decided: true = approximate (layers >= s only fill K/V).
+// context_known: the exact states of its predecessors that the maps read are at hand.
 bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id, int32_t n_seq_id,
-                               llama_pos pos, bool output);
+                               llama_pos pos, bool output, bool context_known = true);
 
 // Marks every token of the batch held by `balloc` with its path (ubatches are then cut where it changes).
 void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc);
@@ -107,8 +137,13 @@ void ridgefill_begin_pass(ridgefill_context * rf, int pass);
 void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, const llm_graph_result * res,
                         ggml_backend_sched_t sched);
 
-// The one function through which every map product goes: W h + b (the fused CUDA kernel replaces it).
-ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * h);
+// The one function through which every map product goes: y_l = W_l f + b_l, f the features [(C+1)·d, n].
+ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * f);
+
+// The memory of a context changed other than by a decode (llama_memory_* calls, state loads): carried states
+// of sequence `seq` (-1: all) at positions [p0, p1) (negative: unbounded) are dropped; keep_only drops
+// every other sequence's instead.
+void ridgefill_memory_changed(const void * memory, llama_seq_id seq, llama_pos p0, llama_pos p1, bool keep_only = false);
 
 // Loads and validates maps for `model` from a map file or an augmented model; throws std::runtime_error.
 std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, const std::string & maps_path,

@@ -222,11 +222,31 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     maps->fingerprint = file.str("ridgefill.base_fingerprint");
     maps->prior       = file.str("ridgefill.prior");
     maps->map_type    = file.str("ridgefill.map_type");
+    maps->format_version = (int32_t) file.u("ridgefill.format_version", 1);
+    maps->context_tokens = (int32_t) file.u("ridgefill.context_tokens", 0);
+    const std::string kind = file.str("ridgefill.map_kind", "input");
 
     const int32_t n_layer = (int32_t) model.hparams.n_layer();
     const int64_t n_embd  = model.hparams.n_embd;
+    if (maps->format_version < 1 || maps->format_version > 2) {
+        throw std::runtime_error(maps_path + ": format_version " + std::to_string(maps->format_version) +
+                                 " is not one this build reads (1, 2): the file is from a newer RidgeFill");
+    }
+    if (kind != "input" && kind != "kv") {
+        throw std::runtime_error(maps_path + ": map_kind '" + kind + "' is not one this build knows (input, kv)");
+    }
+    maps->kind = kind == "kv" ? ridgefill_map_kind::kv : ridgefill_map_kind::input;
+    if (maps->context_tokens < 0 || maps->context_tokens > 2) {
+        throw std::runtime_error(maps_path + ": context_tokens " + std::to_string(maps->context_tokens) +
+                                 " outside 0..2");
+    }
     if (maps->sink_tokens < 0) {
         throw std::runtime_error(maps_path + ": sink_tokens " + std::to_string(maps->sink_tokens) + " is negative");
+    }
+    if (maps->sink_tokens < maps->context_tokens) {
+        throw std::runtime_error(maps_path + ": sink_tokens " + std::to_string(maps->sink_tokens) +
+                                 " is below context_tokens " + std::to_string(maps->context_tokens) +
+                                 " (the first filled token's predecessors must exist)");
     }
     if (maps->split_layer == INT32_MIN) {
         throw std::runtime_error(maps_path + " holds no RidgeFill maps (no ridgefill.split_layer)");
@@ -245,6 +265,20 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
                                  "..., the model is " + fp.substr(0, 19) + "...)");
     }
 
+    // y_l = W_l f + b_l: f is [(C+1)·d], y is the layer input [d] or its [K; V] [d_k + d_v] (same for all late layers)
+    const int64_t d_in = (maps->context_tokens + 1) * n_embd;
+    int64_t d_out = n_embd;
+    if (maps->kind == ridgefill_map_kind::kv) {
+        maps->d_k = model.hparams.n_embd_k_gqa(maps->split_layer + 1);
+        maps->d_v = model.hparams.n_embd_v_gqa(maps->split_layer + 1);
+        for (int il = maps->split_layer + 1; il < n_layer; ++il) {
+            if ((int64_t) model.hparams.n_embd_k_gqa(il) != maps->d_k || (int64_t) model.hparams.n_embd_v_gqa(il) != maps->d_v) {
+                throw std::runtime_error(maps_path + ": kv maps need equal K/V widths in every late layer; layer " +
+                                         std::to_string(il) + " differs");
+            }
+        }
+        d_out = maps->d_k + maps->d_v;
+    }
     maps->weight.assign(n_layer, nullptr);
     maps->bias.assign(n_layer, nullptr);
     std::map<ggml_backend_buffer_type_t, ggml_context *> ctx_of;
@@ -278,13 +312,14 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
             const ggml_tensor * meta = ggml_get_tensor(file.meta, name.c_str());
             const bool ok_type = which ? meta->type == GGML_TYPE_F32
                                        : (meta->type == GGML_TYPE_F32 || meta->type == GGML_TYPE_F16 || meta->type == GGML_TYPE_Q8_0);
-            const bool ok_shape = which ? (meta->ne[0] == n_embd && ggml_n_dims(meta) == 1)
-                                        : (meta->ne[0] == n_embd && meta->ne[1] == n_embd && ggml_n_dims(meta) == 2);
+            const bool ok_shape = which ? (meta->ne[0] == d_out && ggml_n_dims(meta) == 1)
+                                        : (meta->ne[0] == d_in && meta->ne[1] == d_out && ggml_n_dims(meta) == 2);
             if (!ok_type || !ok_shape) {
                 throw std::runtime_error(maps_path + ": tensor " + name + " has type " + ggml_type_name(meta->type) +
                                          " and shape [" + std::to_string(meta->ne[0]) + ", " + std::to_string(meta->ne[1]) +
-                                         "], expected " + (which ? "f32 [" : "f32/f16/q8_0 [") + std::to_string(n_embd) +
-                                         (which ? "]" : ", " + std::to_string(n_embd) + "]"));
+                                         "], expected " + (which ? "f32 [" + std::to_string(d_out) + "]" :
+                                         "f32/f16/q8_0 [" + std::to_string(d_in) + ", " + std::to_string(d_out) + "]") +
+                                         " (" + kind + " maps, context_tokens " + std::to_string(maps->context_tokens) + ")");
             }
             ggml_tensor * t = ggml_dup_tensor(ctx, meta);
             ggml_set_name(t, name.c_str());
@@ -311,6 +346,6 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     return maps;
 }
 
-ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * h) {
-    return ggml_add(ctx, ggml_mul_mat(ctx, maps.weight[il], h), maps.bias[il]);
+ggml_tensor * ridgefill_map_apply(ggml_context * ctx, const ridgefill_maps & maps, int il, ggml_tensor * f) {
+    return ggml_add(ctx, ggml_mul_mat(ctx, maps.weight[il], f), maps.bias[il]);
 }

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -20,9 +22,12 @@
 // ---- the path of a token ---------------------------------------------------------------------
 
 bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id, int32_t n_seq_id,
-                               llama_pos pos, bool output) {
+                               llama_pos pos, bool output, bool context_known) {
     if (!rf.enabled || !rf.maps || n_seq_id != 1 || output) {
         return false;  // shared tokens and tokens whose logits are wanted stay exact
+    }
+    if (!context_known) {
+        return false;  // the maps need the exact states of its predecessors, and they are not at hand
     }
     const auto it = rf.exact_from.find(seq_id);
     if (it == rf.exact_from.end()) {
@@ -32,15 +37,31 @@ bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id
 }
 
 void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
+    if (rf) {
+        rf->pred.clear();  // captured map outputs are those of the last decode
+    }
     if (!rf || !rf->enabled || !rf->maps) {
         return;
     }
     const llama_batch & b = balloc.get_batch();
     std::vector<uint8_t> approx(b.n_tokens, 0);
     bool any = false;
+    // context features: a token's predecessors are known when an earlier token of this batch is one (it is
+    // computed first) or the carry holds its state
+    const int C = rf->maps->context_tokens;
+    std::set<std::pair<llama_seq_id, llama_pos>> earlier;
     for (int32_t i = 0; i < b.n_tokens; ++i) {
-        approx[i] = ridgefill_token_is_approx(*rf, b.seq_id[i][0], b.n_seq_id[i], b.pos[i], b.logits && b.logits[i]);
+        const llama_seq_id seq = b.seq_id[i][0];
+        bool known = true;
+        for (int j = 1; j <= C && known; ++j) {
+            const auto c = rf->carry.find(seq);
+            known = earlier.count({seq, b.pos[i] - j}) || (c != rf->carry.end() && c->second.count(b.pos[i] - j));
+        }
+        approx[i] = ridgefill_token_is_approx(*rf, seq, b.n_seq_id[i], b.pos[i], b.logits && b.logits[i], known);
         any |= approx[i] != 0;
+        for (int32_t k = 0; C > 0 && k < b.n_seq_id[i]; ++k) {
+            earlier.insert({b.seq_id[i][k], b.pos[i]});
+        }
     }
     if (any) {
         balloc.ridgefill_approx = std::move(approx);
@@ -48,13 +69,23 @@ void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
 }
 
 ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ubatch & ubatch) {
-    if (!rf || !rf->maps || !ubatch.ridgefill_approx) {
+    if (!rf || !rf->maps) {
         return {};
     }
     ridgefill_graph g;
+    if (rf->maps->context_tokens > 0) {  // every graph keeps the states later tokens' features need
+        g.context_tokens = rf->maps->context_tokens;
+        g.carry_rf       = rf;
+        g.split_layer    = rf->maps->split_layer;
+        g.maps_generation = rf->maps->generation;
+    }
+    if (!ubatch.ridgefill_approx) {
+        return g;
+    }
     g.maps        = rf->maps.get();
     g.maps_generation = rf->maps->generation;
     g.split_layer = rf->maps->split_layer;
+    g.record_pred = rf->capture_pred;
     if (rf->splice == ridgefill_splice::none) {
         return g;
     }
@@ -144,13 +175,212 @@ static void read_output(ggml_tensor * t, std::vector<float> & dst) {
     ggml_backend_tensor_get(t, dst.data(), 0, ggml_nbytes(t));
 }
 
+// ---- context features ---------------------------------------------------------------------------
+//
+// Maps with context_tokens C > 0 take f = [h_t, h_{t-1}, .., h_{t-C}]: the split layer's input for the token
+// and its C predecessors in the same sequence.  Layers below the split are exact on every path, so those
+// states are exact wherever they were computed.  Inside a ubatch they are rows of h; across ubatches (and
+// decodes) every graph copies out each sequence's last C rows of h and the context keeps them (`carry`), keyed
+// by position.  A token whose predecessors are neither earlier in its batch nor carried is computed exactly
+// (ridgefill_mark_batch), so a filled token never sees an approximate or missing predecessor.
+
+namespace {
+
+struct carry_row { int32_t row; llama_seq_id seq; llama_pos pos; };
+
+// the rows of a ubatch kept for later ubatches: each sequence's last C positions, by sequence then position
+std::vector<carry_row> carry_rows(const llama_ubatch & ub, int C) {
+    std::map<llama_seq_id, std::vector<std::pair<llama_pos, int32_t>>> by_seq;
+    for (uint32_t i = 0; i < ub.n_tokens; ++i) {
+        for (int32_t k = 0; k < ub.n_seq_id[i]; ++k) {
+            by_seq[ub.seq_id[i][k]].push_back({ub.pos[i], (int32_t) i});
+        }
+    }
+    std::vector<carry_row> out;
+    for (auto & [seq, rows] : by_seq) {
+        std::sort(rows.begin(), rows.end());
+        for (size_t k = rows.size() > (size_t) C ? rows.size() - C : 0; k < rows.size(); ++k) {
+            out.push_back({rows[k].second, seq, rows[k].first});
+        }
+    }
+    return out;
+}
+
+// where each token's j-th predecessor is: prev[(j-1)·n + i] indexes the rows of [h, carried], carried
+// listing the (seq, pos) states the ubatch takes from the carry
+struct context_plan {
+    std::vector<int32_t> prev;
+    std::vector<std::pair<llama_seq_id, llama_pos>> carried;
+};
+
+context_plan plan_context(const llama_ubatch & ub, int C) {
+    const int32_t n = (int32_t) ub.n_tokens;
+    std::map<std::pair<llama_seq_id, llama_pos>, int32_t> row_of;
+    for (int32_t i = 0; i < n; ++i) {
+        row_of[{ub.seq_id[i][0], ub.pos[i]}] = i;  // approximate tokens belong to one sequence
+    }
+    context_plan plan;
+    plan.prev.resize((size_t) C * n);
+    for (int j = 1; j <= C; ++j) {
+        for (int32_t i = 0; i < n; ++i) {
+            const std::pair<llama_seq_id, llama_pos> key = {ub.seq_id[i][0], ub.pos[i] - j};
+            auto it = row_of.find(key);
+            if (it == row_of.end()) {
+                it = row_of.emplace(key, n + (int32_t) plan.carried.size()).first;
+                plan.carried.push_back(key);
+            }
+            plan.prev[(size_t) (j - 1) * n + i] = it->second;
+        }
+    }
+    return plan;
+}
+
+// the graph inputs of the context features: which rows of h to keep, and (approximate graphs) the
+// predecessor indices and the carried states
+class context_input : public llm_graph_input_i {
+public:
+    context_input(const ridgefill_context * rf, int C) : rf(rf), C(C) {}
+
+    void set_input(const llama_ubatch * ub) override {
+        std::vector<int32_t> keep;
+        for (const carry_row & r : carry_rows(*ub, C)) {
+            keep.push_back(r.row);
+        }
+        GGML_ASSERT(keep.size() == n_keep);
+        if (keep_idx) {
+            ggml_backend_tensor_set(keep_idx, keep.data(), 0, ggml_nbytes(keep_idx));
+        }
+        if (!prev_idx) {
+            return;
+        }
+        const context_plan plan = plan_context(*ub, C);
+        GGML_ASSERT(plan.carried.size() == n_carried);
+        ggml_backend_tensor_set(prev_idx, plan.prev.data(), 0, ggml_nbytes(prev_idx));
+        const int64_t d = carried->ne[0];
+        std::vector<float> rows(ggml_nelements(carried), 0.0f);
+        for (size_t k = 0; k < plan.carried.size(); ++k) {
+            const auto [seq, pos] = plan.carried[k];
+            const std::vector<float> * state = nullptr;
+            if (const auto c = rf->carry.find(seq); c != rf->carry.end()) {
+                if (const auto r = c->second.find(pos); r != c->second.end()) {
+                    state = &r->second;
+                }
+            }
+            if (!state || (int64_t) state->size() != d) {
+                GGML_ABORT("ridgefill: the state of seq %d pos %d is not carried (path decision and carry disagree)",
+                           seq, pos);
+            }
+            std::copy(state->begin(), state->end(), rows.begin() + k * d);
+        }
+        ggml_backend_tensor_set(carried, rows.data(), 0, ggml_nbytes(carried));
+    }
+
+    bool can_reuse(const llm_graph_params & params) override {
+        return carry_rows(params.ubatch, C).size() == n_keep &&
+               (!prev_idx || plan_context(params.ubatch, C).carried.size() == n_carried);
+    }
+
+    const ridgefill_context * rf;
+    const int C;
+    ggml_tensor * keep_idx = nullptr;  // I32 [n_keep]
+    ggml_tensor * prev_idx = nullptr;  // I32 [n_tokens·C]
+    ggml_tensor * carried  = nullptr;  // F32 [d, max(1, n_carried)]
+    size_t n_keep = 0, n_carried = 0;
+};
+
+// keeps the split-layer states a processed ubatch copied out
+void store_carry(ridgefill_context & rf, const llama_ubatch & ub, ggml_tensor * t) {
+    const int C = rf.maps->context_tokens;
+    const std::vector<carry_row> rows = carry_rows(ub, C);
+    std::vector<float> data;
+    read_output(t, data);
+    const int64_t d = t->ne[0];
+    GGML_ASSERT((size_t) t->ne[1] == rows.size());
+    std::map<llama_seq_id, llama_pos> first;  // a decode rewrites a sequence from its first position here on
+    for (uint32_t i = 0; i < ub.n_tokens; ++i) {
+        for (int32_t k = 0; k < ub.n_seq_id[i]; ++k) {
+            auto [it, fresh] = first.emplace(ub.seq_id[i][k], ub.pos[i]);
+            it->second = std::min(it->second, ub.pos[i]);
+        }
+    }
+    for (const auto & [seq, p0] : first) {
+        auto & m = rf.carry[seq];
+        m.erase(m.lower_bound(p0), m.end());
+    }
+    for (size_t k = 0; k < rows.size(); ++k) {
+        rf.carry[rows[k].seq][rows[k].pos].assign(data.begin() + k * d, data.begin() + (k + 1) * d);
+    }
+    for (const auto & [seq, p0] : first) {
+        auto & m = rf.carry[seq];
+        while (m.size() > (size_t) C) {
+            m.erase(m.begin());
+        }
+    }
+}
+
+std::mutex g_memory_mutex;
+std::map<const void *, ridgefill_context *> g_memory_owner;  // a context's memory -> its RidgeFill state
+
+} // namespace
+
+ridgefill_context::~ridgefill_context() {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    auto it = g_memory_owner.find(memory);
+    if (it != g_memory_owner.end() && it->second == this) {
+        g_memory_owner.erase(it);
+    }
+}
+
+void ridgefill_memory_changed(const void * memory, llama_seq_id seq, llama_pos p0, llama_pos p1, bool keep_only) {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    auto it = memory ? g_memory_owner.find(memory) : g_memory_owner.end();
+    if (it == g_memory_owner.end()) {
+        return;
+    }
+    auto & carry = it->second->carry;
+    for (auto c = carry.begin(); c != carry.end();) {
+        if (keep_only) {
+            c = c->first == seq ? std::next(c) : carry.erase(c);
+            continue;
+        }
+        if (seq < 0 || c->first == seq) {
+            const llama_pos lo = std::max<llama_pos>(p0, 0);
+            const llama_pos hi = p1 < 0 ? std::numeric_limits<llama_pos>::max() : p1;
+            c->second.erase(c->second.lower_bound(lo), c->second.lower_bound(hi));
+        }
+        ++c;
+    }
+}
+
 void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, const llm_graph_result * res,
                         ggml_backend_sched_t sched) {
-    if (ridgefill_n_passes(rf, ubatch) == 1 || rf->pass > 1) {
+    if (!rf || !rf->maps) {
+        return;
+    }
+    const int s = rf->maps->split_layer, n_layer = rf->maps->n_layer;
+    ggml_tensor * carry = rf->maps->context_tokens > 0 ? graph_output(res, "ridgefill_carry", s) : nullptr;
+    const bool pred   = rf->capture_pred && ubatch.ridgefill_approx;
+    const bool splice = ridgefill_n_passes(rf, ubatch) > 1 && rf->pass <= 1;
+    if (!carry && !pred && !splice) {
         return;
     }
     ggml_backend_sched_synchronize(sched);
-    const int s = rf->maps->split_layer, n_layer = rf->maps->n_layer;
+    if (carry) {
+        store_carry(*rf, ubatch, carry);
+    }
+    if (pred) {
+        rf->pred.resize(n_layer);
+        std::vector<float> rows;
+        for (int il = s + 1; il < n_layer; ++il) {
+            if (ggml_tensor * t = graph_output(res, "ridgefill_rec_pred", il)) {
+                read_output(t, rows);
+                rf->pred[il].insert(rf->pred[il].end(), rows.begin(), rows.end());
+            }
+        }
+    }
+    if (!splice) {
+        return;
+    }
     if (rf->pass == 0) {
         rf->exact_inp.resize(n_layer);
         for (int il = s + 1; il < n_layer; ++il) {
@@ -208,6 +438,9 @@ static void splice_kv(const llm_graph_context & g, ggml_tensor *& k, ggml_tensor
 // ---- graph helpers (declared on llm_graph_context by ggml-patches/0006) ----------------------------
 
 ggml_tensor * llm_graph_context::build_ridgefill_input(ggml_tensor * inpL, int il) const {
+    if (il == ridgefill.split_layer) {  // inpL is h here: the maps' features, built once per graph
+        ridgefill_feat = ridgefill.context_tokens > 0 ? build_ridgefill_context(inpL) : inpL;
+    }
     if (ridgefill.record_inp && il > ridgefill.split_layer) {
         record(*this, inpL, "ridgefill_rec_inp", il);  // splice pass 0: the exact input of a late layer
         return inpL;
@@ -218,9 +451,62 @@ ggml_tensor * llm_graph_context::build_ridgefill_input(ggml_tensor * inpL, int i
     if (ridgefill.exact_inp) {  // splice pass 1: the exact input recorded by pass 0
         return host_input(*this, ridgefill.rf->exact_inp[il], hparams.n_embd, n_tokens, 1, "ridgefill_exact_inp", il);
     }
-    ggml_tensor * x = ridgefill_map_apply(ctx0, *ridgefill.maps, il, inpL);  // inpL stays h on this path
+    if (ridgefill.maps->kind != ridgefill_map_kind::input) {
+        return inpL;  // kv maps replace K/V instead (build_ridgefill_kv); the layer's norm and projections go unused
+    }
+    ggml_tensor * x = ridgefill_map_apply(ctx0, *ridgefill.maps, il, ridgefill_feat);
+    if (ridgefill.record_pred) {
+        record(*this, x, "ridgefill_rec_pred", il);
+    }
     cb(x, "ridgefill_inp", il);
     return x;
+}
+
+// At the split layer of graphs with context features: copies out each sequence's last C rows of h (kept by
+// ridgefill_end_pass) and, on the approximate path, returns f = [h, h_{-1}, .., h_{-C}] (each [d, n_tokens]).
+ggml_tensor * llm_graph_context::build_ridgefill_context(ggml_tensor * h) const {
+    const int C = ridgefill.context_tokens;
+    auto inp = std::make_unique<context_input>(ridgefill.carry_rf, C);
+    inp->n_keep = carry_rows(ubatch, C).size();
+    if (inp->n_keep > 0) {  // none in the graphs measured at reserve time (tokens of no sequence)
+        inp->keep_idx = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, (int64_t) inp->n_keep);
+        ggml_set_input(inp->keep_idx);
+        record(*this, ggml_get_rows(ctx0, h, inp->keep_idx), "ridgefill_carry", ridgefill.split_layer);
+    }
+    ggml_tensor * f = nullptr;
+    if (ridgefill.approx()) {
+        inp->n_carried = plan_context(ubatch, C).carried.size();
+        inp->prev_idx  = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_tokens * C);
+        inp->carried   = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, h->ne[0], std::max<int64_t>(1, inp->n_carried));
+        ggml_set_input(inp->prev_idx);
+        ggml_set_input(inp->carried);
+        ggml_tensor * rows = ggml_concat(ctx0, h, inp->carried, 1);  // [d, n_tokens + carried]
+        f = h;
+        for (int j = 1; j <= C; ++j) {
+            ggml_tensor * idx = ggml_view_1d(ctx0, inp->prev_idx, n_tokens, (j - 1) * n_tokens * sizeof(int32_t));
+            f = ggml_concat(ctx0, f, ggml_get_rows(ctx0, rows, idx), 0);
+        }
+        cb(f, "ridgefill_features", ridgefill.split_layer);
+    }
+    res->add_input(std::move(inp));
+    return f;
+}
+
+void llm_graph_context::build_ridgefill_kv(ggml_tensor *& k_cur, ggml_tensor *& v_cur, int il) const {
+    if (!ridgefill.approx() || il <= ridgefill.split_layer || ridgefill.exact_inp ||
+        ridgefill.maps->kind != ridgefill_map_kind::kv) {
+        return;  // exact path, the split layer, a splice pass on exact inputs, or input maps
+    }
+    const ridgefill_maps & maps = *ridgefill.maps;
+    ggml_tensor * y = ridgefill_map_apply(ctx0, maps, il, ridgefill_feat);  // [d_k + d_v, n_tokens]
+    if (ridgefill.record_pred) {
+        record(*this, y, "ridgefill_rec_pred", il);
+    }
+    cb(y, "ridgefill_kv", il);
+    const int64_t hd_k = hparams.n_embd_head_k(il), hd_v = hparams.n_embd_head_v(il);
+    const size_t es = ggml_element_size(y);
+    k_cur = ggml_view_3d(ctx0, y, hd_k, maps.d_k / hd_k, n_tokens, hd_k * es, y->nb[1], 0);
+    v_cur = ggml_view_3d(ctx0, y, hd_v, maps.d_v / hd_v, n_tokens, hd_v * es, y->nb[1], maps.d_k * es);
 }
 
 bool llm_graph_context::ridgefill_fill_only(int il) const {
@@ -302,6 +588,9 @@ const char * llama_ridgefill_last_error(void) { return g_last_error.c_str(); }
 static ridgefill_context & state(llama_context * ctx) {
     if (!ctx->ridgefill) {
         ctx->ridgefill = std::make_shared<ridgefill_context>();
+        ctx->ridgefill->memory = ctx->get_memory();  // its changes reach the carried states
+        std::lock_guard<std::mutex> lock(g_memory_mutex);
+        g_memory_owner[ctx->ridgefill->memory] = ctx->ridgefill.get();
     }
     return *ctx->ridgefill;
 }
@@ -341,8 +630,11 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
             where += part;
         }
         state(ctx).maps = std::move(maps);
-        LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%s)\n", state(ctx).maps->split_layer,
-                       maps_path, where.c_str());
+        state(ctx).carry.clear();
+        const ridgefill_maps & m = *state(ctx).maps;
+        LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%s); map_kind %s, context_tokens %d\n",
+                       m.split_layer, maps_path, where.c_str(), m.kind == ridgefill_map_kind::kv ? "kv" : "input",
+                       m.context_tokens);
         return 0;
     } catch (const std::exception & e) {
         return fail(e.what());
@@ -402,6 +694,35 @@ int32_t llama_ridgefill_set_exact_from(llama_context * ctx, llama_seq_id seq_id,
         state(ctx).exact_from[seq_id] = pos;
     }
     return 0;
+}
+
+const char * llama_ridgefill_map_kind(const llama_context * ctx) {
+    if (!ctx->ridgefill || !ctx->ridgefill->maps) {
+        return nullptr;
+    }
+    return ctx->ridgefill->maps->kind == ridgefill_map_kind::kv ? "kv" : "input";
+}
+
+int32_t llama_ridgefill_context_tokens(const llama_context * ctx) {
+    return ctx->ridgefill && ctx->ridgefill->maps ? ctx->ridgefill->maps->context_tokens : -1;
+}
+
+int32_t llama_ridgefill_capture_predicted(llama_context * ctx, bool enable) {
+    state(ctx).capture_pred = enable;
+    state(ctx).pred.clear();
+    return 0;
+}
+
+const float * llama_ridgefill_predicted(const llama_context * ctx, int32_t il, int32_t * n_rows, int32_t * n_cols) {
+    *n_rows = *n_cols = 0;
+    if (!ctx->ridgefill || !ctx->ridgefill->maps || il < 0 || il >= (int32_t) ctx->ridgefill->pred.size() ||
+        !ctx->ridgefill->maps->weight[il]) {
+        return nullptr;
+    }
+    const auto & rows = ctx->ridgefill->pred[il];
+    *n_cols = (int32_t) ctx->ridgefill->maps->bias[il]->ne[0];
+    *n_rows = (int32_t) (rows.size() / *n_cols);
+    return rows.empty() ? nullptr : rows.data();
 }
 
 int32_t llama_ridgefill_split_layer(const llama_context * ctx) {

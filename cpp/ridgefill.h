@@ -54,6 +54,19 @@ LLAMA_API int32_t llama_ridgefill_set_exact_from(struct llama_context * ctx, lla
 // filled region into one ubatch (n_ubatch >= prompt) for a clean attribution.
 LLAMA_API int32_t llama_ridgefill_set_splice(struct llama_context * ctx, const char * mode);
 LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);  // -1 without maps
+// What the maps predict: "input" (a late layer's input; its own K/V projections run on it) or "kv" (its K,
+// after any k-norm and before RoPE, and V directly); NULL without maps.  context_tokens C: the maps also read
+// the split layer's input of each token's C predecessors in its sequence (-1 without maps).  A token whose
+// predecessors' states are not at hand (neither earlier in its batch nor kept from the sequence's last
+// decode) is computed exactly.
+LLAMA_API const char * llama_ridgefill_map_kind(const struct llama_context * ctx);
+LLAMA_API int32_t llama_ridgefill_context_tokens(const struct llama_context * ctx);
+// Debug: keep the map outputs y_l = W_l f + b_l (the predicted input, or [K; V]) of the approximate tokens
+// of each decode.  llama_ridgefill_predicted gives those of the last decode for late layer il: n_rows rows of
+// n_cols floats in batch order (NULL: none).
+LLAMA_API int32_t llama_ridgefill_capture_predicted(struct llama_context * ctx, bool enable);
+LLAMA_API const float * llama_ridgefill_predicted(const struct llama_context * ctx, int32_t il, int32_t * n_rows,
+                                                  int32_t * n_cols);
 LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);    // bytes of map tensors
 // Tokens of a sequence processed on each path since its last reset.
 LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, llama_seq_id seq_id,

@@ -63,6 +63,14 @@ class Llama(llama_cpp.Llama):
         self.set_splice(splice)
         self.set_ridgefill(ridgefill)
 
+    def load_maps(self, maps_path: str) -> None:
+        """Fill from other maps of the same model from now on; the cache is dropped (the old maps filled it)."""
+        check_gguf(maps_path)
+        check(lib().llama_ridgefill_load_maps(self.ctx, str(maps_path).encode(), str(self.model_path).encode()))
+        self.maps_path = str(maps_path)
+        self.sink_tokens = lib().llama_ridgefill_sink_tokens(self.ctx)
+        self.reset()
+
     def __del__(self):
         if hasattr(self, "_stack"):  # not when __init__ refused its arguments before the model was loaded
             super().__del__()
@@ -70,6 +78,29 @@ class Llama(llama_cpp.Llama):
     @property
     def split_layer(self) -> int:
         return lib().llama_ridgefill_split_layer(self.ctx)
+
+    @property
+    def map_kind(self) -> str:
+        """What the maps predict: "input" (a late layer's input) or "kv" (its K and V)."""
+        return lib().llama_ridgefill_map_kind(self.ctx).decode()
+
+    @property
+    def context_tokens(self) -> int:
+        """How many predecessors' split-layer states the maps read besides the token's own."""
+        return lib().llama_ridgefill_context_tokens(self.ctx)
+
+    def capture_predicted(self, enable: bool = True) -> None:
+        """Debug: keep the map outputs of each decode's approximate tokens (see predicted())."""
+        check(lib().llama_ridgefill_capture_predicted(self.ctx, bool(enable)))
+
+    def predicted(self, layer: int) -> np.ndarray:
+        """The map outputs y = W f + b of the last decode's approximate tokens for late layer `layer`, in batch
+        order: (n, d) predicted inputs, or (n, d_k + d_v) [K; V] rows for kv maps (K before RoPE)."""
+        rows, cols = ctypes.c_int32(), ctypes.c_int32()
+        ptr = lib().llama_ridgefill_predicted(self.ctx, layer, ctypes.byref(rows), ctypes.byref(cols))
+        if not ptr:
+            return np.zeros((0, cols.value), dtype=np.float32)
+        return np.ctypeslib.as_array(ptr, shape=(rows.value, cols.value)).copy()
 
     @property
     def maps_bytes(self) -> int:
