@@ -21,6 +21,15 @@ def test_ridgefill_prefill_by_hand():
     assert flops(TOY, 6, split_layer=1, tail=2, sink=1) == exact - saved + cost
 
 
+def test_kv_maps_and_context_features_by_hand():
+    exact, saved = flops(TOY, 6), 2 * (3 * 288 + 2 * 2 * 4 * (2 + 3 + 4))
+    # kv maps: K/V projections at layer 1 only, the map at layer 2 goes from 4 (C=0) or 8 (C=1) features to 2+2
+    assert flops(TOY, 6, 1, 2, 1, "kv") == exact - saved + 3 * (2 * (2 * 4 * 2) + 2 * 4 * 4)
+    assert flops(TOY, 6, 1, 2, 1, "kv", 1) == exact - saved + 3 * (2 * (2 * 4 * 2) + 2 * 8 * 4)
+    # input maps with one predecessor: the map at layer 2 reads 8 features
+    assert flops(TOY, 6, 1, 2, 1, "input", 1) == exact - saved + 3 * (2 * (2 * 4 * 2) * 2 + 2 * 8 * 4)
+
+
 def test_smollm2_limits_match_the_issue():
     smol = Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152, n_ctx_train=8192)
     lim = lambda s: flops(smol, 8192) / flops(smol, 8192, s, 1024, 4)  # noqa: E731

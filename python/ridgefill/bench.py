@@ -48,11 +48,13 @@ class Shape:
                    int(field_value(r, f"{a}.feed_forward_length")), vocab, int(field_value(r, f"{a}.context_length")))
 
 
-def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0) -> float:
+def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0,
+          map_kind: str = "input", context_tokens: int = 0) -> float:
     """Prefill FLOPs of an n-token prompt; with split_layer, tokens in [sink, n - tail) take the approximate path.
 
     Exact layer, per token at position p: Q/K/V/O projections, attention over p+1 keys, gated FFN.
-    Approximate layer >= split: the map (d×d, none at the split layer itself) and K/V projections only.
+    Approximate layer >= split, per token: at the split layer its own K/V projections; in every later layer the
+    map, from (1 + context_tokens)·d features, to the layer input (then its K/V projections) or to K/V directly.
     The output head runs for the last token only.
     """
     d_q, d_kv = s.n_head * s.head_dim, s.n_kv * s.head_dim
@@ -64,8 +66,13 @@ def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink:
     if n_approx:
         late = s.n_layer - split_layer
         saved = late * (n_approx * proj + attn_sum(sink, sink + n_approx))
-        cost = n_approx * (2 * 2 * s.d * d_kv * late + 2 * s.d * s.d * (late - 1))
-        total += cost - saved
+        d_f = (1 + context_tokens) * s.d
+        kv_proj = 2 * 2 * s.d * d_kv
+        if map_kind == "kv":
+            per_token = kv_proj + (late - 1) * 2 * d_f * 2 * d_kv
+        else:
+            per_token = late * kv_proj + (late - 1) * 2 * d_f * s.d
+        total += n_approx * per_token - saved
     return float(total)
 
 
@@ -131,7 +138,7 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             t0 = time.perf_counter()
             llm.eval(tokens[:n])
             return time.perf_counter() - t0, llm.ridgefill_counts()[0]
-        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink)
+        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind, llm.context_tokens)
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "tail_tokens": tail,
@@ -180,7 +187,8 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
                                                  "temperature": 0.0,
                                                  "ridgefill": {"tail_tokens": tail} if mode else False})
             return time.perf_counter() - t0, res["timings"].get("ridgefill_filled_n", 0)
-        limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"])) if shape else float("nan")
+        limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"], rf.get("map_kind") or "input",
+                                         max(0, rf.get("context_tokens", 0)))) if shape else float("nan")
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],

@@ -64,11 +64,13 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     cfg = CalibConfig(model=args.model, split_layer=args.split_layer, texts=args.text or [], corpus=args.corpus,
                       tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
-                      threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress)
+                      threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress,
+                      map_kind=args.map_kind, context_tokens=args.context_tokens)
     m = calibrate(cfg, args.output)
     print(diagnostics_table(m))
-    print(f"wrote {args.output}: split_layer {m.split_layer}, prior {m.prior}, {m.calib_tokens} fit tokens, "
-          f"{m.extra['val_tokens']} held-out tokens, map type {m.map_type}; peak memory {m.extra['peak_rss_mb']:.0f} MB")
+    print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
+          f"prior {m.prior}, {m.calib_tokens} fit tokens, {m.extra['val_tokens']} held-out tokens, "
+          f"map type {m.map_type}; peak memory {m.extra['peak_rss_mb']:.0f} MB")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -148,7 +150,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               tail_tokens=args.tail_tokens, sink_tokens=args.sink_tokens, prompts=args.prompts,
                               domains=[] if args.text and not args.domains_given else args.domains,
                               texts=args.text or [], depths=args.depths, needle_trials=args.needle_trials,
-                              key_gap=args.key_gap, threads=args.threads, seed=args.seed)
+                              key_gap=args.key_gap, compare=args.compare_maps, threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
     _write(evaluate, result, args)
@@ -195,7 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-c", "--ctx", type=int, default=1024, help="chunk length in tokens (default 1024)")
     s.add_argument("--lambda", dest="ridge_lambda", type=_lambda, default="auto",
                    help="ridge λ relative to trace(HᵀH)/d, or 'auto' (held-out grid search; default)")
-    s.add_argument("--prior", choices=["zero", "identity"], default="identity", help="shrink W toward 0 or I")
+    s.add_argument("--map-kind", choices=["input", "kv"], default="input",
+                   help="what the maps predict: each late layer's input (default), or its K and V")
+    s.add_argument("--context-tokens", type=int, default=0, metavar="C",
+                   help="features: the split layer's states of the token and of its C predecessors (0..2; "
+                        "default 0; needs --sink-tokens >= C)")
+    s.add_argument("--prior", choices=["zero", "identity"], default=None,
+                   help="shrink W toward 0 or I (default: identity for input maps, zero for kv)")
     s.add_argument("--val-fraction", type=float, default=0.1, help="fraction of chunks held out (default 0.1)")
     s.add_argument("--map-type", choices=["f32", "f16", "q8_0"], default="f32", help="storage type of W")
     s.add_argument("--sink-tokens", type=int, default=4, help="first positions of each chunk left out (default 4)")
@@ -240,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="quality, exact vs RidgeFill on the same prompts: kl, longdep, needle, splice")
     s.add_argument("model", help="augmented GGUF (or the base model with --maps)")
     s.add_argument("--maps", help="map file (default: the maps in MODEL)")
+    s.add_argument("--compare-maps", type=lambda v: [x for x in v.split(",") if x], default=[], metavar="A,B",
+                   help="other map files of the model, each evaluated as one more mode (maps:NAME) on the same prompts")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle or splice (repeatable or comma-separated)")
     s.add_argument("--lengths", type=_ints, default=[2048], help="prompt lengths (default 2048)")

@@ -8,7 +8,8 @@ Tasks (each on every domain: corpora from ridgefill.data and/or the user's --tex
            greedy answer checked; accuracy per length × depth for each mode.
   splice   kl and longdep for the runtime's splice modes (exact K, exact V, both, exact key scale): how much of
            the gap each error source accounts for.  With `needle` also requested, needle runs for them too.
-Means carry 95% cluster-bootstrap intervals (blocks of 32 tail tokens), accuracies Wilson intervals.
+Means carry 95% cluster-bootstrap intervals that resample prompts (the tail tokens of a prompt share one
+filled cache), accuracies Wilson intervals.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import data
 from .errors import RidgefillError
-from .stats import blocks, bootstrap_mean, fmt_ci, wilson
+from .stats import bootstrap_mean, fmt_ci, wilson
 
 TASKS = ("kl", "longdep", "needle", "splice")
 SPLICE_MODES = ("k", "v", "kscale", "kv")
@@ -44,6 +45,7 @@ class EvalConfig:
     depths: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
     needle_trials: int = 4                 # pass keys per length × depth cell
     key_gap: float = 1.0
+    compare: list[str] = field(default_factory=list)  # other map files of the model, each a mode "maps:<name>"
     threads: int | None = None
     seed: int = 0
 
@@ -79,8 +81,19 @@ class Evaluator:
                 raise RidgefillError(f"--tail-tokens {cfg.tail_tokens} + sink {cfg.sink_tokens} leaves no filled "
                                      f"region in a {n}-token prompt")
         self.bos = [self.llm.token_bos()] if self.llm.token_bos() >= 0 else []
+        self.maps = self.llm.maps_path
+        self.compare = {}                     # mode "maps:<name>" -> map file
+        for path in cfg.compare:
+            check_gguf(path)
+            name = f"maps:{Path(path).stem}"
+            if name in self.compare:
+                raise RidgefillError(f"--compare-maps: two files named {Path(path).stem}")
+            self.compare[name] = str(path)
 
     def set_mode(self, mode: str) -> None:
+        maps = self.compare.get(mode, self.maps)
+        if mode != "exact" and maps != self.llm.maps_path:
+            self.llm.load_maps(maps)
         self.llm.set_splice(mode.removeprefix("splice-") if mode.startswith("splice-") else None)
         self.llm.set_ridgefill(mode != "exact")
 
@@ -144,7 +157,7 @@ def _tail_metrics(ev: Evaluator, prompts: list[list[int]], modes: list[str]) -> 
         # the tail without its context: row k again predicts targets[k]
         alone = _log_softmax(ev.tail_logits(ev.bos + toks[n - T:], "exact"))[:-1]
         nll_alone = -alone[np.arange(T - 1), targets]
-        acc["group"].append(blocks(T - 1, i))
+        acc["group"].append(np.full(T - 1, i))  # the sampling unit: the prompt
         acc["nll_exact"].append(nll_ex)
         acc["nll_tail_only"].append(nll_alone)
         p = np.exp(ex)
@@ -226,7 +239,7 @@ def run_needle(ev: Evaluator, text: str, modes: list[str], progress) -> dict:
 
 def run(cfg: EvalConfig, progress=print) -> dict:
     ev = Evaluator(cfg)
-    modes = ["ridgefill"] + ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else [])
+    modes = ["ridgefill"] + ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare)
     result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
               "split_layer": ev.llm.split_layer, "domains": {}}
     for name, text in domains(cfg).items():

@@ -1,7 +1,7 @@
 """95% intervals: the cluster bootstrap for means of per-token values, Wilson for accuracies.
 
-Tokens of one prompt are correlated, so the bootstrap resamples groups (blocks of consecutive tail tokens
-of one prompt), not tokens.
+All tail tokens of a prompt attend to one filled cache, so their errors are correlated: the sampling unit is
+the prompt, and the bootstrap resamples whole prompts (groups), never tokens or blocks of tokens.
 """
 from __future__ import annotations
 
@@ -23,11 +23,6 @@ def bootstrap_mean(values, groups, n_boot: int = 2000, seed: int = 0) -> tuple[f
     means = sums[idx].sum(1) / counts[idx].sum(1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return float(values.mean()), float(lo), float(hi)
-
-
-def blocks(n_prompt_tokens: int, prompt_index: int, block: int = 32) -> np.ndarray:
-    """Group ids for the tail tokens of one prompt: blocks of `block` consecutive tokens."""
-    return prompt_index * 1_000_000 + np.arange(n_prompt_tokens) // block
 
 
 def wilson(successes: int, n: int) -> tuple[float, float, float]:
