@@ -184,3 +184,18 @@ def test_server_with_kv_maps(smollm2, maps_kv20, prose_tokens):
         assert t["ridgefill_filled_n"] == n2 - tail - reused
         exact = complete(first + more, ridgefill=False, cache_prompt=False)
         assert exact["timings"]["ridgefill_filled_n"] == 0
+
+
+def test_eval_compares_map_files_on_the_same_prompts(smollm2, maps20, maps_kv20, tmp_path):
+    import json
+
+    from conftest import run_cli
+    out = tmp_path / "cmp.json"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--compare-maps", str(maps_kv20),
+                "--task", "kl", "--lengths", "400", "--tail-tokens", "64", "--prompts", "2", "--domains",
+                "shakespeare", "-t", str(n_threads()), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    modes = json.loads(out.read_text())["domains"]["shakespeare"]["tail@400"]["modes"]
+    assert set(modes) == {"ridgefill", f"maps:{maps_kv20.stem}"}
+    assert modes["ridgefill"]["kl"][0] != modes[f"maps:{maps_kv20.stem}"]["kl"][0]
+    assert f"maps:{maps_kv20.stem}" in r.stdout
