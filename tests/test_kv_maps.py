@@ -86,6 +86,16 @@ def test_tokens_without_carried_predecessors_are_exact(smollm2, maps_kv20, maps2
     llm.load_state(llm.save_state())
     llm.create_completion(first + prose_tokens[600:700], max_tokens=1)
     assert llm.ridgefill_counts() == (100 - 1 - 2, 1 + 2)
+    # positions shifted or divided (context shift): the sequence's kept states are dropped, even for an empty range
+    from llama_cpp import llama_cpp as C
+    for change in (lambda mem: C.llama_memory_seq_add(mem, 0, 0, 0, 0), lambda mem: C.llama_memory_seq_div(mem, 0, 0, 0, 1)):
+        llm.reset()
+        llm.create_completion(first, max_tokens=1)
+        llm.create_completion(first + prose_tokens[600:700], max_tokens=1)
+        assert llm.ridgefill_counts() == (100 - 1, 1)                  # states kept: every new token filled
+        change(C.llama_get_memory(llm.ctx))
+        llm.create_completion(first + prose_tokens[600:800], max_tokens=1)
+        assert llm.ridgefill_counts() == (100 - 1 - 2, 1 + 2)
 
 
 def test_kv_maps_fill_the_cache_well(smollm2, maps_kv20, maps20, prose_tokens):
@@ -96,7 +106,11 @@ def test_kv_maps_fill_the_cache_well(smollm2, maps_kv20, maps20, prose_tokens):
     exact = llm.prompt_logits(toks, 1100 - 256)
     llm.set_ridgefill(True)
     inp = llm.prompt_logits(toks, 1100 - 256)
-    kv = ridgefill.Llama(str(smollm2), maps_path=str(maps_kv20), tail_tokens=256, **CTX).prompt_logits(toks, 1100 - 256)
+    kvllm = ridgefill.Llama(str(smollm2), maps_path=str(maps_kv20), tail_tokens=256, **CTX)
+    kvllm.set_ridgefill(False)          # maps that read predecessors: exact graphs also copy out rows of h ...
+    np.testing.assert_array_equal(kvllm.prompt_logits(toks, 1100 - 256), exact)   # ... and stay exact
+    kvllm.set_ridgefill(True)
+    kv = kvllm.prompt_logits(toks, 1100 - 256)
 
     def kl(a, b):
         la, lb = (x - x.max(-1, keepdims=True) for x in (a.astype(np.float64), b.astype(np.float64)))
