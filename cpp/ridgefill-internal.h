@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ struct ridgefill_maps {
     std::string fingerprint;
     std::string prior;
     std::string map_type;
+    // out-of-distribution guard (GGUF ridgefill.guard.*; files without them: guard_window 0, no guard)
+    int32_t guard_window = 0;          // rows per check that the threshold was derived for
+    std::vector<float> guard_error;    // [late layer][part]: held-out relative squared error (parts: x, or K then V)
+    float guard_threshold = 0.0f;      // a check whose score exceeds it sends the prompt's rest to the exact path
+    int guard_parts() const { return kind == ridgefill_map_kind::kv ? 2 : 1; }
+
     std::vector<ggml_tensor *> weight; // [n_layer], null for l <= split_layer; ne = {(C+1)·d, d_out}
     std::vector<ggml_tensor *> bias;   // [n_layer], null for l <= split_layer; ne = {d_out}
 
@@ -49,6 +56,20 @@ struct ridgefill_maps {
 // Splice debug modes: approximate tokens also run the exact late layers, and the cache keeps
 // the exact K (k), V (v), both (kv), or predicted K rescaled to the exact per-head norms (kscale).
 enum class ridgefill_splice : uint8_t { none, k, v, kv, kscale };
+
+// The guard's state for one sequence's prompt (reset with its counts, llama_ridgefill_reset_counts).  Checks are
+// windows of guard_window exact "canary" rows: the probe at the first position the prompt would fill (origin),
+// then one every guard_period positions.  On each, the maps' prediction is compared with the exact values.
+struct ridgefill_guard_seq {
+    llama_pos origin = -1;         // first position this prompt would fill; -1: none seen yet
+    int32_t verdict  = 0;          // 0 not checked yet, 1 passed, 2 fell back (the rest of the prompt is exact)
+    int32_t n_checks = 0;
+    float   score = 0.0f, max_score = 0.0f;  // the last check's score, and the largest
+    llama_pos fell_back_at = -1;   // first position computed exactly because of the guard
+    int32_t window = -1;           // the check being accumulated (index k of origin + k·period)
+    int32_t rows   = 0;
+    std::vector<double> num, den;  // per late layer and part: sums of |y_hat - y|^2 and |y|^2 over its rows
+};
 
 // Per-context RidgeFill state, set through the C API in ridgefill.h.
 struct ridgefill_context {
@@ -76,6 +97,14 @@ struct ridgefill_context {
     // every ubatch; entries the memory no longer holds as decoded are dropped (ridgefill_memory_changed).
     std::map<llama_seq_id, std::map<llama_pos, std::vector<float>>> carry;
     const void * memory = nullptr;  // the context's memory, whose changes reach `carry`
+
+    // out-of-distribution guard: on by default for maps that carry its threshold; per-sequence overrides
+    bool guard_on = true;
+    std::map<llama_seq_id, bool> guard_seq_on;
+    int32_t guard_period = 2048;   // positions between checks after the probe; 0: the probe only
+    std::map<llama_seq_id, ridgefill_guard_seq> guard;
+    std::set<std::pair<llama_seq_id, llama_pos>> canary;  // the canary rows of the current batch
+    bool guard_active(llama_seq_id seq) const;
 
     // debug: the map outputs y_l of the approximate tokens of the last decode, per late layer, batch order
     bool capture_pred = false;
@@ -105,12 +134,17 @@ struct ridgefill_graph {
     const ridgefill_context * carry_rf = nullptr;
     bool record_pred = false; // output the map outputs (llama_ridgefill_capture_predicted)
 
+    // guard: an exact graph holding canary rows also predicts them with these maps and outputs the error sums
+    const ridgefill_maps * canary_maps = nullptr;
+    int32_t n_canary = 0;
+
     bool approx() const { return maps != nullptr; }
     bool operator==(const ridgefill_graph & o) const {
         return maps == o.maps && maps_generation == o.maps_generation && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
                exact_inp == o.exact_inp && store_k == o.store_k && store_v == o.store_v &&
                record_norm == o.record_norm && rescale_k == o.rescale_k && context_tokens == o.context_tokens &&
-               carry_rf == o.carry_rf && record_pred == o.record_pred;
+               carry_rf == o.carry_rf && record_pred == o.record_pred && canary_maps == o.canary_maps &&
+               n_canary == o.n_canary;
     }
     bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
 };
@@ -120,8 +154,13 @@ struct ridgefill_graph {
 bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id, int32_t n_seq_id,
                                llama_pos pos, bool output, bool context_known = true);
 
-// Marks every token of the batch held by `balloc` with its path (ubatches are then cut where it changes).
+// Marks every token of the batch held by `balloc` with its path (ubatches are then cut where it changes), and
+// the guard's canary rows (exact rows checked against the maps).
 void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc);
+
+// Whether a ubatch marked approximate takes the approximate path now: not if the guard has sent one of its
+// sequences to the exact path since the batch was marked (or has not yet checked it).
+bool ridgefill_ubatch_approx(const ridgefill_context * rf, const llama_ubatch & ubatch);
 
 // The graph parameters for one ubatch.
 ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ubatch & ubatch);

@@ -139,6 +139,19 @@ struct gguf_file {
         }
     }
 
+    // a float32 scalar or array (def when absent)
+    std::vector<float> f32s(const char * key) const {
+        const int64_t id = gguf_find_key(gguf, key);
+        if (id < 0) return {};
+        const gguf_type t = gguf_get_kv_type(gguf, id);
+        if (t == GGUF_TYPE_FLOAT32) {
+            return {gguf_get_val_f32(gguf, id)};
+        }
+        expect(id, key, t == GGUF_TYPE_ARRAY && gguf_get_arr_type(gguf, id) == GGUF_TYPE_FLOAT32, "float32 values");
+        const float * p = (const float *) gguf_get_arr_data(gguf, id);
+        return std::vector<float>(p, p + gguf_get_arr_n(gguf, id));
+    }
+
     void expect(int64_t id, const char * key, bool ok, const char * what) const {
         if (!ok) {
             throw std::runtime_error(path + ": key " + key + " has GGUF type " +
@@ -263,6 +276,24 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     if (fp != maps->fingerprint) {
         throw std::runtime_error(maps_path + " holds maps for another model (fingerprint " + maps->fingerprint.substr(0, 19) +
                                  "..., the model is " + fp.substr(0, 19) + "...)");
+    }
+
+    // the guard (optional keys): per late layer and part the held-out error, and the threshold of a check
+    maps->guard_window = (int32_t) file.u("ridgefill.guard.window", 0);
+    if (maps->guard_window != 0) {
+        const size_t want = (size_t) (n_layer - maps->split_layer - 1) * maps->guard_parts();
+        maps->guard_error = file.f32s("ridgefill.guard.layer_error");
+        const std::vector<float> thr = file.f32s("ridgefill.guard.threshold");
+        bool ok = maps->guard_window > 0 && maps->guard_error.size() == want && thr.size() == 1 &&
+                  std::isfinite(thr[0]) && thr[0] > 0.0f;
+        for (float e : maps->guard_error) {
+            ok = ok && std::isfinite(e) && e > 0.0f;
+        }
+        if (!ok) {
+            throw std::runtime_error(maps_path + ": the guard's keys are malformed (ridgefill.guard.window > 0, "
+                                     "layer_error: " + std::to_string(want) + " positive floats, threshold: one positive float)");
+        }
+        maps->guard_threshold = thr[0];
     }
 
     // y_l = W_l f + b_l: f is [(C+1)·d], y is the layer input [d] or its [K; V] [d_k + d_v] (same for all late layers)

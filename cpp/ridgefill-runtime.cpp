@@ -36,9 +36,31 @@ bool ridgefill_token_is_approx(const ridgefill_context & rf, llama_seq_id seq_id
     return pos >= rf.sink() && pos < it->second;
 }
 
+bool ridgefill_context::guard_active(llama_seq_id seq) const {
+    if (!maps || maps->guard_window <= 0 || splice != ridgefill_splice::none) {
+        return false;  // maps without the guard's data, or a splice debug run
+    }
+    const auto it = guard_seq_on.find(seq);
+    return it != guard_seq_on.end() ? it->second : guard_on;
+}
+
+// the guard's checks of a prompt: windows of guard_window positions at origin + k·period (k = 0: the probe)
+static int32_t guard_window_of(const ridgefill_context & rf, const ridgefill_guard_seq & g, llama_pos pos) {
+    const int32_t w = rf.maps->guard_window, period = rf.guard_period;
+    if (g.origin < 0 || pos < g.origin) {
+        return -1;
+    }
+    const llama_pos off = pos - g.origin;
+    if (off < w) {
+        return 0;
+    }
+    return period > 0 && off % period < w ? (int32_t) (off / period) : -1;
+}
+
 void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
     if (rf) {
         rf->pred.clear();  // captured map outputs are those of the last decode
+        rf->canary.clear();
     }
     if (!rf || !rf->enabled || !rf->maps) {
         return;
@@ -58,6 +80,21 @@ void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
             known = earlier.count({seq, b.pos[i] - j}) || (c != rf->carry.end() && c->second.count(b.pos[i] - j));
         }
         approx[i] = ridgefill_token_is_approx(*rf, seq, b.n_seq_id[i], b.pos[i], b.logits && b.logits[i], known);
+        // the guard: a token it would fill is a canary row (exact, checked) inside a check window; after a
+        // fallback it is exact.  Tokens after a check stay marked: the check's verdict is known when their ubatch
+        // runs (ridgefill_ubatch_approx).
+        if (approx[i] && rf->guard_active(seq)) {
+            ridgefill_guard_seq & g = rf->guard[seq];
+            if (g.origin < 0) {
+                g.origin = b.pos[i];
+            }
+            if (g.verdict == 2) {
+                approx[i] = 0;
+            } else if (guard_window_of(*rf, g, b.pos[i]) >= 0) {
+                approx[i] = 0;
+                rf->canary.insert({seq, b.pos[i]});
+            }
+        }
         any |= approx[i] != 0;
         for (int32_t k = 0; C > 0 && k < b.n_seq_id[i]; ++k) {
             earlier.insert({b.seq_id[i][k], b.pos[i]});
@@ -66,6 +103,33 @@ void ridgefill_mark_batch(ridgefill_context * rf, llama_batch_allocr & balloc) {
     if (any) {
         balloc.ridgefill_approx = std::move(approx);
     }
+}
+
+bool ridgefill_ubatch_approx(const ridgefill_context * rf, const llama_ubatch & ubatch) {
+    if (!rf || !ubatch.ridgefill_approx) {
+        return false;
+    }
+    for (uint32_t i = 0; i < ubatch.n_tokens; ++i) {
+        const llama_seq_id seq = ubatch.seq_id[i][0];
+        if (rf->guard_active(seq)) {
+            const auto g = rf->guard.find(seq);
+            if (g == rf->guard.end() || g->second.verdict != 1) {
+                return false;  // fell back, or (cannot happen: the probe comes first) not checked yet
+            }
+        }
+    }
+    return true;
+}
+
+// the rows of a ubatch that are canaries of the guard (in row order)
+static std::vector<int32_t> canary_rows(const ridgefill_context & rf, const llama_ubatch & ub) {
+    std::vector<int32_t> rows;
+    for (uint32_t i = 0; !rf.canary.empty() && i < ub.n_tokens; ++i) {
+        if (ub.n_seq_id[i] == 1 && rf.canary.count({ub.seq_id[i][0], ub.pos[i]})) {
+            rows.push_back((int32_t) i);
+        }
+    }
+    return rows;
 }
 
 ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ubatch & ubatch) {
@@ -79,7 +143,14 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
         g.split_layer    = rf->maps->split_layer;
         g.maps_generation = rf->maps->generation;
     }
-    if (!ubatch.ridgefill_approx) {
+    if (!ridgefill_ubatch_approx(rf, ubatch)) {
+        g.n_canary = (int32_t) canary_rows(*rf, ubatch).size();
+        if (g.n_canary > 0) {  // the guard's check: this exact graph also predicts its canary rows
+            g.canary_maps     = rf->maps.get();
+            g.carry_rf        = rf;
+            g.split_layer     = rf->maps->split_layer;
+            g.maps_generation = rf->maps->generation;
+        }
         return g;
     }
     g.maps        = rf->maps.get();
@@ -113,10 +184,11 @@ void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch) {
     if (!rf) {
         return;
     }
-    auto & counts = ubatch.ridgefill_approx ? rf->n_approx : rf->n_exact;
+    const bool approx = ridgefill_ubatch_approx(rf, ubatch);
+    auto & counts = approx ? rf->n_approx : rf->n_exact;
     for (uint32_t i = 0; i < ubatch.n_tokens; ++i) {
         counts[ubatch.seq_id[i][0]] += 1;
-        if (ubatch.ridgefill_approx) {
+        if (approx) {
             std::vector<int32_t> & r = rf->filled[ubatch.seq_id[i][0]];
             const int32_t pos = ubatch.pos[i];
             if (!r.empty() && r.back() == pos) {
@@ -142,7 +214,7 @@ void ridgefill_count(ridgefill_context * rf, const llama_ubatch & ubatch) {
 // approximate ubatch: the eval harness puts the whole filled region in one ubatch.
 
 int ridgefill_n_passes(const ridgefill_context * rf, const llama_ubatch & ubatch) {
-    if (!rf || !rf->maps || rf->splice == ridgefill_splice::none || !ubatch.ridgefill_approx) {
+    if (!rf || !rf->maps || rf->splice == ridgefill_splice::none || !ridgefill_ubatch_approx(rf, ubatch)) {
         return 1;
     }
     return rf->splice == ridgefill_splice::kv ? 2 : 3;
@@ -213,51 +285,69 @@ struct context_plan {
     std::vector<std::pair<llama_seq_id, llama_pos>> carried;
 };
 
-context_plan plan_context(const llama_ubatch & ub, int C) {
-    const int32_t n = (int32_t) ub.n_tokens;
+context_plan plan_context(const llama_ubatch & ub, int C, const std::vector<int32_t> & rows) {
+    const int32_t n = (int32_t) ub.n_tokens, n_rows = (int32_t) rows.size();
     std::map<std::pair<llama_seq_id, llama_pos>, int32_t> row_of;
     for (int32_t i = 0; i < n; ++i) {
         row_of[{ub.seq_id[i][0], ub.pos[i]}] = i;  // approximate tokens belong to one sequence
     }
     context_plan plan;
-    plan.prev.resize((size_t) C * n);
+    plan.prev.resize((size_t) C * n_rows);
     for (int j = 1; j <= C; ++j) {
-        for (int32_t i = 0; i < n; ++i) {
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const int32_t i = rows[r];
             const std::pair<llama_seq_id, llama_pos> key = {ub.seq_id[i][0], ub.pos[i] - j};
             auto it = row_of.find(key);
             if (it == row_of.end()) {
                 it = row_of.emplace(key, n + (int32_t) plan.carried.size()).first;
                 plan.carried.push_back(key);
             }
-            plan.prev[(size_t) (j - 1) * n + i] = it->second;
+            plan.prev[(size_t) (j - 1) * n_rows + r] = it->second;
         }
     }
     return plan;
 }
 
-// the graph inputs of the context features: which rows of h to keep, and (approximate graphs) the
-// predecessor indices and the carried states
+// the graph inputs of the map features: which rows of h to keep (context features), which rows are the guard's
+// canaries (exact graphs checking them), and the predecessor indices and carried states of the feature rows
 class context_input : public llm_graph_input_i {
 public:
-    context_input(const ridgefill_context * rf, int C) : rf(rf), C(C) {}
+    context_input(const ridgefill_context * rf, int C, bool canary) : rf(rf), C(C), canary(canary) {}
+
+    // the rows whose features the graph builds: every row (approximate graphs) or the canary rows
+    std::vector<int32_t> feature_rows(const llama_ubatch & ub) const {
+        if (canary) {
+            return canary_rows(*rf, ub);
+        }
+        std::vector<int32_t> rows(ub.n_tokens);
+        for (uint32_t i = 0; i < ub.n_tokens; ++i) {
+            rows[i] = (int32_t) i;
+        }
+        return rows;
+    }
 
     void set_input(const llama_ubatch * ub) override {
-        std::vector<int32_t> keep;
-        for (const carry_row & r : carry_rows(*ub, C)) {
-            keep.push_back(r.row);
-        }
-        GGML_ASSERT(keep.size() == n_keep);
         if (keep_idx) {
+            std::vector<int32_t> keep;
+            for (const carry_row & r : carry_rows(*ub, C)) {
+                keep.push_back(r.row);
+            }
+            GGML_ASSERT(keep.size() == n_keep);
             ggml_backend_tensor_set(keep_idx, keep.data(), 0, ggml_nbytes(keep_idx));
+        }
+        const std::vector<int32_t> rows = feature_rows(*ub);
+        if (canary_idx) {
+            GGML_ASSERT((int64_t) rows.size() == canary_idx->ne[0]);
+            ggml_backend_tensor_set(canary_idx, rows.data(), 0, ggml_nbytes(canary_idx));
         }
         if (!prev_idx) {
             return;
         }
-        const context_plan plan = plan_context(*ub, C);
+        const context_plan plan = plan_context(*ub, C, rows);
         GGML_ASSERT(plan.carried.size() == n_carried);
         ggml_backend_tensor_set(prev_idx, plan.prev.data(), 0, ggml_nbytes(prev_idx));
         const int64_t d = carried->ne[0];
-        std::vector<float> rows(ggml_nelements(carried), 0.0f);
+        std::vector<float> data(ggml_nelements(carried), 0.0f);
         for (size_t k = 0; k < plan.carried.size(); ++k) {
             const auto [seq, pos] = plan.carried[k];
             const std::vector<float> * state = nullptr;
@@ -270,21 +360,29 @@ public:
                 GGML_ABORT("ridgefill: the state of seq %d pos %d is not carried (path decision and carry disagree)",
                            seq, pos);
             }
-            std::copy(state->begin(), state->end(), rows.begin() + k * d);
+            std::copy(state->begin(), state->end(), data.begin() + k * d);
         }
-        ggml_backend_tensor_set(carried, rows.data(), 0, ggml_nbytes(carried));
+        ggml_backend_tensor_set(carried, data.data(), 0, ggml_nbytes(carried));
     }
 
     bool can_reuse(const llm_graph_params & params) override {
-        return carry_rows(params.ubatch, C).size() == n_keep &&
-               (!prev_idx || plan_context(params.ubatch, C).carried.size() == n_carried);
+        const llama_ubatch & ub = params.ubatch;
+        if (C > 0 && carry_rows(ub, C).size() != n_keep) {
+            return false;
+        }
+        if (canary_idx && (int64_t) canary_rows(*rf, ub).size() != canary_idx->ne[0]) {
+            return false;
+        }
+        return !prev_idx || plan_context(ub, C, feature_rows(ub)).carried.size() == n_carried;
     }
 
     const ridgefill_context * rf;
     const int C;
-    ggml_tensor * keep_idx = nullptr;  // I32 [n_keep]
-    ggml_tensor * prev_idx = nullptr;  // I32 [n_tokens·C]
-    ggml_tensor * carried  = nullptr;  // F32 [d, max(1, n_carried)]
+    const bool canary;
+    ggml_tensor * keep_idx   = nullptr;  // I32 [n_keep]
+    ggml_tensor * canary_idx = nullptr;  // I32 [n_canary]
+    ggml_tensor * prev_idx   = nullptr;  // I32 [n_rows·C]
+    ggml_tensor * carried    = nullptr;  // F32 [d, max(1, n_carried)]
     size_t n_keep = 0, n_carried = 0;
 };
 
@@ -352,6 +450,83 @@ void ridgefill_memory_changed(const void * memory, llama_seq_id seq, llama_pos p
     }
 }
 
+// ---- the guard's verdict ----------------------------------------------------------------------------
+//
+// A check's score is the mean, over late layers (and for kv maps over K and V), of the canary rows' relative
+// squared error sum|y_hat - y|^2 / sum|y|^2 divided by the same error on the calibration's held-out text
+// (ridgefill.guard.layer_error): about 1 on text like the calibration text.  Above ridgefill.guard.threshold
+// (or not finite) the rest of the prompt is computed exactly; cells filled before a later check failed stay.
+
+static void guard_decide(ridgefill_context & rf, llama_seq_id seq, ridgefill_guard_seq & g, llama_pos next) {
+    const ridgefill_maps & m = *rf.maps;
+    double sum = 0.0;
+    int n = 0;
+    for (size_t k = 0; k < g.num.size(); ++k) {
+        if (g.den[k] > 0.0 && m.guard_error[k] > 0.0f) {
+            sum += g.num[k] / g.den[k] / m.guard_error[k];
+            ++n;
+        }
+    }
+    const float score = n > 0 ? (float) (sum / n) : NAN;
+    g.n_checks += 1;
+    g.score     = score;
+    g.max_score = g.n_checks == 1 || !(score <= g.max_score) ? score : g.max_score;
+    g.rows      = 0;
+    g.window    = -1;
+    if (!(score <= m.guard_threshold)) {
+        if (g.verdict != 2) {
+            g.verdict      = 2;
+            g.fell_back_at = next;
+            LLAMA_LOG_INFO("ridgefill: guard: seq %d falls back to exact prefill from position %d (check %d: score "
+                           "%.2f > threshold %.2f)\n", seq, next, g.n_checks, score, m.guard_threshold);
+        }
+    } else if (g.verdict == 0) {
+        g.verdict = 1;
+    }
+}
+
+static void guard_check(ridgefill_context & rf, const llama_ubatch & ub, const llm_graph_result * res) {
+    const ridgefill_maps & m = *rf.maps;
+    const int s = m.split_layer, L = m.n_layer - s - 1, P = m.guard_parts();
+    const std::vector<int32_t> rows = canary_rows(rf, ub);
+    std::vector<std::vector<float>> sums(L);  // per late layer: [n_canary][num, den per part]
+    for (int i = 0; i < L; ++i) {
+        read_output(graph_output(res, "ridgefill_guard", s + 1 + i), sums[i]);
+        GGML_ASSERT(sums[i].size() == rows.size() * 2 * P);
+    }
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const llama_seq_id seq = ub.seq_id[rows[r]][0];
+        const llama_pos pos = ub.pos[rows[r]];
+        ridgefill_guard_seq & g = rf.guard[seq];
+        if (g.verdict == 2 && g.window < 0) {
+            continue;  // canary rows marked before the fallback in the same batch: exact anyway, not checked
+        }
+        const int32_t w = guard_window_of(rf, g, pos);
+        if (w != g.window) {
+            if (g.rows > 0) {
+                guard_decide(rf, seq, g, pos);  // an earlier check left unfinished
+            }
+            g.window = w;
+            g.rows   = 0;
+            g.num.assign((size_t) L * P, 0.0);
+            g.den.assign((size_t) L * P, 0.0);
+        }
+        for (int i = 0; i < L; ++i) {
+            for (int p = 0; p < P; ++p) {
+                g.num[i * P + p] += sums[i][r * 2 * P + 2 * p];
+                g.den[i * P + p] += sums[i][r * 2 * P + 2 * p + 1];
+            }
+        }
+        g.rows += 1;
+        // decide at the check's last row, or at the last row before the exact tail
+        const llama_pos end = g.origin + (llama_pos) w * rf.guard_period + m.guard_window;
+        const auto tail = rf.exact_from.find(seq);
+        if (pos + 1 >= end || (tail != rf.exact_from.end() && pos + 1 >= tail->second)) {
+            guard_decide(rf, seq, g, pos + 1);
+        }
+    }
+}
+
 void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, const llm_graph_result * res,
                         ggml_backend_sched_t sched) {
     if (!rf || !rf->maps) {
@@ -359,14 +534,18 @@ void ridgefill_end_pass(ridgefill_context * rf, const llama_ubatch & ubatch, con
     }
     const int s = rf->maps->split_layer, n_layer = rf->maps->n_layer;
     ggml_tensor * carry = rf->maps->context_tokens > 0 ? graph_output(res, "ridgefill_carry", s) : nullptr;
-    const bool pred   = rf->capture_pred && ubatch.ridgefill_approx;
+    const bool pred   = rf->capture_pred && ridgefill_ubatch_approx(rf, ubatch);
+    const bool guard  = graph_output(res, "ridgefill_guard", s + 1) != nullptr;
     const bool splice = ridgefill_n_passes(rf, ubatch) > 1 && rf->pass <= 1;
-    if (!carry && !pred && !splice) {
+    if (!carry && !pred && !splice && !guard) {
         return;
     }
     ggml_backend_sched_synchronize(sched);
     if (carry) {
         store_carry(*rf, ubatch, carry);
+    }
+    if (guard) {
+        guard_check(*rf, ubatch, res);
     }
     if (pred) {
         rf->pred.resize(n_layer);
@@ -435,11 +614,30 @@ static void splice_kv(const llm_graph_context & g, ggml_tensor *& k, ggml_tensor
     v = rg.store_v ? v : nullptr;
 }
 
+// The guard's check on the canary rows of an exact graph: per row, |y_hat - y|^2 and |y|^2 (ne = {2, n_canary}).
+static ggml_tensor * guard_sums(ggml_context * ctx, ggml_tensor * y_hat, ggml_tensor * y) {
+    ggml_tensor * num = ggml_sum_rows(ctx, ggml_sqr(ctx, ggml_sub(ctx, y_hat, y)));
+    ggml_tensor * den = ggml_sum_rows(ctx, ggml_sqr(ctx, y));
+    return ggml_concat(ctx, num, den, 0);
+}
+
+static ggml_tensor * canary_idx(const llm_graph_context & g) {
+    ggml_tensor * idx = ggml_get_tensor(g.ctx0, "ridgefill_canary_idx");
+    GGML_ASSERT(idx && "ridgefill: canary rows without their index (build_ridgefill_context not run)");
+    return idx;
+}
+
 // ---- graph helpers (declared on llm_graph_context by ggml-patches/0006) ----------------------------
 
 ggml_tensor * llm_graph_context::build_ridgefill_input(ggml_tensor * inpL, int il) const {
     if (il == ridgefill.split_layer) {  // inpL is h here: the maps' features, built once per graph
-        ridgefill_feat = ridgefill.context_tokens > 0 ? build_ridgefill_context(inpL) : inpL;
+        ridgefill_feat = ridgefill.context_tokens > 0 || ridgefill.n_canary > 0 ? build_ridgefill_context(inpL) : inpL;
+    }
+    if (!ridgefill.approx() && ridgefill.n_canary > 0 && il > ridgefill.split_layer &&
+        ridgefill.canary_maps->kind == ridgefill_map_kind::input) {  // the guard: predicted vs exact input
+        ggml_tensor * x_hat = ridgefill_map_apply(ctx0, *ridgefill.canary_maps, il, ridgefill_feat);
+        record(*this, guard_sums(ctx0, x_hat, ggml_get_rows(ctx0, inpL, canary_idx(*this))), "ridgefill_guard", il);
+        return inpL;
     }
     if (ridgefill.record_inp && il > ridgefill.split_layer) {
         record(*this, inpL, "ridgefill_rec_inp", il);  // splice pass 0: the exact input of a late layer
@@ -462,29 +660,43 @@ ggml_tensor * llm_graph_context::build_ridgefill_input(ggml_tensor * inpL, int i
     return x;
 }
 
-// At the split layer of graphs with context features: copies out each sequence's last C rows of h (kept by
-// ridgefill_end_pass) and, on the approximate path, returns f = [h, h_{-1}, .., h_{-C}] (each [d, n_tokens]).
+// At the split layer (graphs with context features, or checking the guard's canary rows): copies out each
+// sequence's last C rows of h (kept by ridgefill_end_pass) and returns the maps' features f = [h, h_{-1}, ..,
+// h_{-C}] of every row (approximate graphs), of the canary rows (exact graphs checking them), or nullptr.
 ggml_tensor * llm_graph_context::build_ridgefill_context(ggml_tensor * h) const {
     const int C = ridgefill.context_tokens;
-    auto inp = std::make_unique<context_input>(ridgefill.carry_rf, C);
-    inp->n_keep = carry_rows(ubatch, C).size();
+    const bool canary = !ridgefill.approx() && ridgefill.n_canary > 0;
+    auto inp = std::make_unique<context_input>(ridgefill.carry_rf, C, canary);
+    if (C > 0) {
+        inp->n_keep = carry_rows(ubatch, C).size();
+    }
     if (inp->n_keep > 0) {  // none in the graphs measured at reserve time (tokens of no sequence)
         inp->keep_idx = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, (int64_t) inp->n_keep);
         ggml_set_input(inp->keep_idx);
         record(*this, ggml_get_rows(ctx0, h, inp->keep_idx), "ridgefill_carry", ridgefill.split_layer);
     }
     ggml_tensor * f = nullptr;
-    if (ridgefill.approx()) {
-        inp->n_carried = plan_context(ubatch, C).carried.size();
-        inp->prev_idx  = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_tokens * C);
-        inp->carried   = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, h->ne[0], std::max<int64_t>(1, inp->n_carried));
-        ggml_set_input(inp->prev_idx);
-        ggml_set_input(inp->carried);
-        ggml_tensor * rows = ggml_concat(ctx0, h, inp->carried, 1);  // [d, n_tokens + carried]
+    if (ridgefill.approx() || canary) {
+        int64_t n_rows = n_tokens;
         f = h;
-        for (int j = 1; j <= C; ++j) {
-            ggml_tensor * idx = ggml_view_1d(ctx0, inp->prev_idx, n_tokens, (j - 1) * n_tokens * sizeof(int32_t));
-            f = ggml_concat(ctx0, f, ggml_get_rows(ctx0, rows, idx), 0);
+        if (canary) {
+            inp->canary_idx = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, ridgefill.n_canary);
+            ggml_set_input(inp->canary_idx);
+            ggml_set_name(inp->canary_idx, "ridgefill_canary_idx");  // the late layers gather their rows too
+            f = ggml_get_rows(ctx0, h, inp->canary_idx);
+            n_rows = ridgefill.n_canary;
+        }
+        if (C > 0) {
+            inp->n_carried = plan_context(ubatch, C, inp->feature_rows(ubatch)).carried.size();
+            inp->prev_idx  = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_rows * C);
+            inp->carried   = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, h->ne[0], std::max<int64_t>(1, inp->n_carried));
+            ggml_set_input(inp->prev_idx);
+            ggml_set_input(inp->carried);
+            ggml_tensor * rows = ggml_concat(ctx0, h, inp->carried, 1);  // [d, n_tokens + carried]
+            for (int j = 1; j <= C; ++j) {
+                ggml_tensor * idx = ggml_view_1d(ctx0, inp->prev_idx, n_rows, (j - 1) * n_rows * sizeof(int32_t));
+                f = ggml_concat(ctx0, f, ggml_get_rows(ctx0, rows, idx), 0);
+            }
         }
         cb(f, "ridgefill_features", ridgefill.split_layer);
     }
@@ -493,6 +705,22 @@ ggml_tensor * llm_graph_context::build_ridgefill_context(ggml_tensor * h) const 
 }
 
 void llm_graph_context::build_ridgefill_kv(ggml_tensor *& k_cur, ggml_tensor *& v_cur, int il) const {
+    if (!ridgefill.approx() && ridgefill.n_canary > 0 && il > ridgefill.split_layer &&
+        ridgefill.canary_maps->kind == ridgefill_map_kind::kv) {  // the guard: predicted vs exact K and V
+        const ridgefill_maps & maps = *ridgefill.canary_maps;
+        ggml_tensor * idx = canary_idx(*this);
+        const auto rows = [&](ggml_tensor * t, int64_t width) {
+            t = ggml_is_contiguous(t) ? t : ggml_cont(ctx0, t);
+            return ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, t, width, n_tokens), idx);
+        };
+        ggml_tensor * y = ridgefill_map_apply(ctx0, maps, il, ridgefill_feat);  // [d_k + d_v, n_canary]
+        const size_t es = ggml_element_size(y);
+        ggml_tensor * k_hat = ggml_cont(ctx0, ggml_view_2d(ctx0, y, maps.d_k, y->ne[1], y->nb[1], 0));
+        ggml_tensor * v_hat = ggml_cont(ctx0, ggml_view_2d(ctx0, y, maps.d_v, y->ne[1], y->nb[1], maps.d_k * es));
+        record(*this, ggml_concat(ctx0, guard_sums(ctx0, k_hat, rows(k_cur, maps.d_k)),
+                                  guard_sums(ctx0, v_hat, rows(v_cur, maps.d_v)), 0), "ridgefill_guard", il);
+        return;
+    }
     if (!ridgefill.approx() || il <= ridgefill.split_layer || ridgefill.exact_inp ||
         ridgefill.maps->kind != ridgefill_map_kind::kv) {
         return;  // exact path, the split layer, a splice pass on exact inputs, or input maps
@@ -632,9 +860,17 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
         state(ctx).maps = std::move(maps);
         state(ctx).carry.clear();
         const ridgefill_maps & m = *state(ctx).maps;
+        state(ctx).guard.clear();
         LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%s); map_kind %s, context_tokens %d\n",
                        m.split_layer, maps_path, where.c_str(), m.kind == ridgefill_map_kind::kv ? "kv" : "input",
                        m.context_tokens);
+        if (m.guard_window > 0) {
+            LLAMA_LOG_INFO("ridgefill: guard: %d-row checks, threshold %.2f (from the held-out calibration text)\n",
+                           m.guard_window, m.guard_threshold);
+        } else {
+            LLAMA_LOG_WARN("ridgefill: %s carries no guard threshold (calibrated before the guard existed): the "
+                           "out-of-distribution guard is off; recalibrate to enable it\n", maps_path);
+        }
         return 0;
     } catch (const std::exception & e) {
         return fail(e.what());
@@ -809,7 +1045,52 @@ void llama_ridgefill_reset_counts(llama_context * ctx, llama_seq_id seq_id) {
     if (ctx->ridgefill) {
         ctx->ridgefill->n_approx.erase(seq_id);
         ctx->ridgefill->n_exact.erase(seq_id);
+        ctx->ridgefill->guard.erase(seq_id);  // the guard's verdict is per prompt too
     }
+}
+
+int32_t llama_ridgefill_set_guard(llama_context * ctx, llama_seq_id seq_id, bool enabled) {
+    if (seq_id < -1) {
+        return fail("invalid seq_id");
+    }
+    ridgefill_context & rf = state(ctx);
+    if (seq_id < 0) {
+        rf.guard_on = enabled;
+        rf.guard_seq_on.clear();
+    } else {
+        rf.guard_seq_on[seq_id] = enabled;
+    }
+    return 0;
+}
+
+int32_t llama_ridgefill_set_guard_period(llama_context * ctx, int32_t period) {
+    ridgefill_context & rf = state(ctx);
+    const int32_t w = rf.maps ? rf.maps->guard_window : 0;
+    if (period < 0 || (period > 0 && period <= w)) {
+        return fail("guard period " + std::to_string(period) + ": must be 0 (the probe only) or more than the " +
+                    std::to_string(w) + " rows of a check");
+    }
+    rf.guard_period = period;
+    return 0;
+}
+
+int32_t llama_ridgefill_guard(const llama_context * ctx, llama_seq_id seq_id, float * score, float * max_score,
+                              float * threshold, int32_t * n_checks, int32_t * fell_back_at) {
+    const ridgefill_context * rf = ctx->ridgefill.get();
+    const bool active = rf && rf->enabled && rf->guard_active(seq_id);
+    const ridgefill_guard_seq none;
+    const ridgefill_guard_seq * found = nullptr;
+    if (rf) {
+        const auto it = rf->guard.find(seq_id);
+        found = it != rf->guard.end() ? &it->second : nullptr;
+    }
+    const ridgefill_guard_seq & g = found ? *found : none;
+    if (score)        *score        = g.score;
+    if (max_score)    *max_score    = g.max_score;
+    if (threshold)    *threshold    = rf && rf->maps ? rf->maps->guard_threshold : 0.0f;
+    if (n_checks)     *n_checks     = g.n_checks;
+    if (fell_back_at) *fell_back_at = g.fell_back_at;
+    return active || g.n_checks > 0 ? g.verdict : -1;
 }
 
 int32_t llama_ridgefill_take_filled(llama_context * ctx, llama_seq_id seq_id, int32_t * ranges, int32_t max_ranges) {

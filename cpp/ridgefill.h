@@ -68,7 +68,7 @@ LLAMA_API int32_t llama_ridgefill_capture_predicted(struct llama_context * ctx, 
 LLAMA_API const float * llama_ridgefill_predicted(const struct llama_context * ctx, int32_t il, int32_t * n_rows,
                                                   int32_t * n_cols);
 LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);    // bytes of map tensors
-// Tokens of a sequence processed on each path since its last reset.
+// Tokens of a sequence processed on each path since its last reset (which also starts a new guard verdict).
 LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, llama_seq_id seq_id,
                                              int64_t * n_approx, int64_t * n_exact);
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);
@@ -77,6 +77,19 @@ LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama
 // A caller keeping a fill record (ridgefill.Llama) takes them after each decode.
 LLAMA_API int32_t llama_ridgefill_take_filled(struct llama_context * ctx, llama_seq_id seq_id, int32_t * ranges,
                                               int32_t max_ranges);
+// Out-of-distribution guard (on by default for maps that carry its threshold, ridgefill.guard.*).  For each
+// prompt (counts reset) the first guard_window positions it would fill are computed exactly as a probe, and
+// then guard_window positions every `period` (default 2048; 0: the probe only): on these canary rows the
+// maps' predictions are compared with the exact values.  A check scoring above the threshold (derived at
+// calibration from held-out text) sends the rest of the prompt to the exact path; cells filled before a later
+// check stay filled.  seq_id -1 sets the default for every sequence (and clears per-sequence settings).
+LLAMA_API int32_t llama_ridgefill_set_guard(struct llama_context * ctx, llama_seq_id seq_id, bool enabled);
+LLAMA_API int32_t llama_ridgefill_set_guard_period(struct llama_context * ctx, int32_t period);
+// The guard's verdict on a sequence's prompt: -1 off (or maps without a threshold), 0 not checked yet,
+// 1 passed, 2 fell back (from *fell_back_at on).  score: the last check's, max_score: the largest; NULLs allowed.
+LLAMA_API int32_t llama_ridgefill_guard(const struct llama_context * ctx, llama_seq_id seq_id, float * score,
+                                        float * max_score, float * threshold, int32_t * n_checks,
+                                        int32_t * fell_back_at);
 LLAMA_API const char * llama_ridgefill_last_error(void);
 // Where layer il's weights (map = false: its K projection) or its RidgeFill map (map = true) live: the
 // device name ("CPU", "RPC0", "CUDA0", ...), or NULL (no such layer, no map for it).

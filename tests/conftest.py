@@ -31,11 +31,20 @@ def n_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def _calibrated(model: Path, split_layer: int, tokens: int, out: Path, **config) -> Path:
-    """Maps calibrated on Brown in chunks of 512; `config`: other CalibConfig fields (map_kind, context_tokens...)."""
+def _calibrated(model: Path, split_layer: int, tokens: int, out: Path, guard: bool = False, **config) -> Path:
+    """Maps calibrated on Brown in chunks of 512; `config`: other CalibConfig fields (map_kind, context_tokens...).
+
+    guard=False (the fixtures that test the fill itself) drops the guard's keys, as in a file calibrated before
+    the guard: the runtime then fills every prompt, whatever its text (tests/test_guard.py tests the guard)."""
+    from gguf import GGUFReader
+
     from ridgefill.calibrate import CalibConfig, calibrate
+    from ridgefill.ggufio import copy_gguf
+    full = out if guard else out.with_name(out.stem + "-guarded.gguf")
     calibrate(CalibConfig(model=model, split_layer=split_layer, corpus="brown", tokens=tokens, ctx=512,
-                          threads=n_threads(), progress=False, **config), out)
+                          threads=n_threads(), progress=False, **config), full)
+    if not guard:
+        copy_gguf(GGUFReader(full), out, keep_key=lambda k: not k.startswith("ridgefill.guard."))
     return out
 
 
@@ -43,6 +52,12 @@ def _calibrated(model: Path, split_layer: int, tokens: int, out: Path, **config)
 def maps20(smollm2, tmp_path_factory) -> Path:
     """SmolLM2 maps at split layer 20 from a small Brown budget, shared by the tests of a session."""
     return _calibrated(smollm2, 20, 6144, tmp_path_factory.mktemp("maps") / "smollm2-s20.gguf")
+
+
+@pytest.fixture(scope="session")
+def guarded20(maps20) -> Path:
+    """maps20 as calibrate wrote it, with the out-of-distribution guard's threshold."""
+    return maps20.with_name(maps20.stem + "-guarded.gguf")
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ def lib() -> ctypes.CDLL:
         fn.argtypes = []
         fn.restype = ctypes.c_char_p
     ctx, i32, i64p = ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
+    f32p = ctypes.POINTER(ctypes.c_float)
     for name, args, res in (
             ("llama_ridgefill_capture_layer_input", [ctx, i32, ctypes.c_bool], ctypes.c_bool),
             ("llama_ridgefill_layer_input", [ctx, i32], ctypes.POINTER(ctypes.c_float)),
@@ -50,6 +51,9 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_maps_size", [ctx], ctypes.c_int64),
             ("llama_ridgefill_get_counts", [ctx, i32, i64p, i64p], None),
             ("llama_ridgefill_reset_counts", [ctx, i32], None),
+            ("llama_ridgefill_set_guard", [ctx, i32, ctypes.c_bool], i32),
+            ("llama_ridgefill_set_guard_period", [ctx, i32], i32),
+            ("llama_ridgefill_guard", [ctx, i32, f32p, f32p, f32p, ctypes.POINTER(i32), ctypes.POINTER(i32)], i32),
             ("llama_ridgefill_take_filled", [ctx, i32, ctypes.POINTER(i32), i32], i32),
             ("llama_ridgefill_placement", [ctx, i32, ctypes.c_bool], ctypes.c_char_p),
             ("llama_ridgefill_add_rpc_servers", [ctypes.c_char_p], i32)):

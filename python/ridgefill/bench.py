@@ -120,9 +120,11 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
     if max(lengths) > shape.n_ctx_train:
         raise RidgefillError(f"length {max(lengths)} is beyond the model's context ({shape.n_ctx_train})")
     n_ctx = max(lengths)
+    # the fill itself, without the out-of-distribution guard (run_guard measures it): the guard may send a
+    # prompt of another register to the exact path, and the speed of the fill is what is measured here
     llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=n_ctx,
                 n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False,
-                n_gpu_layers=n_gpu_layers, flash_attn=flash_attn)
+                n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, guard=False)
     tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
     if len(tokens) < max(lengths):
         raise RidgefillError("not enough text for the longest prompt")
@@ -146,6 +148,53 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
 
 
+def run_guard(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
+              threads: int | None, domain: str = "brown", progress=print, period: int | None = None) -> dict:
+    """What the out-of-distribution guard costs: exact, RidgeFill without the guard and with it, on the same
+    prompt from `domain`, the three modes rotated each repeat (exact, rf, guard; rf, guard, exact; ...)."""
+    from .runtime import Llama
+    shape = Shape.of(model)
+    llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=max(lengths),
+                n_batch=2048, n_ubatch=512, n_threads=threads, n_threads_batch=threads, verbose=False,
+                guard_period=period)
+    tokens = llm.tokenize(data.text(domain)[: max(lengths) * 8].encode())
+    if len(tokens) < max(lengths):
+        raise RidgefillError(f"not enough {domain} text for the longest prompt")
+    llm.set_ridgefill(False)
+    llm.eval(tokens[:64])                                   # warm-up
+    modes = ("exact", "ridgefill", "guard")
+    rows = []
+    for n in lengths:
+        times: dict[str, list[float]] = {m: [] for m in modes}
+        verdict, filled = None, {}
+        for r in range(repeats):
+            for m in modes[r % 3:] + modes[:r % 3]:
+                llm.set_ridgefill(m != "exact")
+                llm.set_guard(m == "guard")
+                llm.reset()
+                t0 = time.perf_counter()
+                llm.eval(tokens[:n])
+                times[m].append(time.perf_counter() - t0)
+                filled[m] = llm.ridgefill_counts()[0]
+                if m == "guard":
+                    verdict = llm.guard_result()
+        med = {m: statistics.median(t) for m, t in times.items()}
+        r_rf = statistics.median([e / f for e, f in zip(times["exact"], times["ridgefill"])])
+        r_g = statistics.median([e / g for e, g in zip(times["exact"], times["guard"])])
+        cost = statistics.median([g / f - 1 for f, g in zip(times["ridgefill"], times["guard"])])
+        rows.append({"length": n, "exact_s": med["exact"], "ridgefill_s": med["ridgefill"], "guard_s": med["guard"],
+                     "ratio": r_rf, "guard_ratio": r_g, "kept": (r_g - 1) / (r_rf - 1) if r_rf > 1 else float("nan"),
+                     "guard_cost": cost, "filled": filled["ridgefill"], "guard_filled": filled["guard"],
+                     "verdict": verdict["guard"], "max_score": verdict["max_score"], "checks": verdict["checks"]})
+        progress(f"{n:7d} exact {med['exact']:7.2f} s  rf {med['ridgefill']:7.2f} s ({r_rf:.2f}x)  guard "
+                 f"{med['guard']:7.2f} s ({r_g:.2f}x, {100 * rows[-1]['kept']:.0f}% of the speedup kept, guard "
+                 f"time +{100 * cost:.1f}%); {verdict['guard']} after {verdict['checks']} checks, max score "
+                 f"{verdict['max_score']:.2f}")
+    return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "tail_tokens": tail,
+            "sink_tokens": sink, "repeats": repeats, "threads": threads, "domain": domain,
+            "guard_threshold": llm.guard_result()["threshold"], "rows": rows}
+
+
 def _server_ridgefill(url: str) -> tuple[dict, dict, int | None]:
     """/props of a running ridgefill-server, its `ridgefill` object and a slot's context; an error if the server
     cannot be reached or runs without maps."""
@@ -165,7 +214,8 @@ def _server_ridgefill(url: str) -> tuple[dict, dict, int | None]:
 def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, model: str | None = None,
                progress=print) -> dict:
     """The same measurement through a running ridgefill-server: /completion with n_predict 1, the request's
-    wall time as TTFT, `"ridgefill": false` and `{"tail_tokens": tail}` interleaved, prompt cache off."""
+    wall time as TTFT, `"ridgefill": false` and `{"tail_tokens": tail, "guard": false}` interleaved, prompt cache
+    off (the fill without the out-of-distribution guard, as in `run`)."""
     from .server import http_post
     props, rf, n_ctx = _server_ridgefill(url)
     tail = tail or rf["tail_tokens"]
@@ -185,7 +235,7 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
             t0 = time.perf_counter()
             res = http_post(url, "/completion", {"prompt": tokens[:n], "n_predict": 1, "cache_prompt": False,
                                                  "temperature": 0.0,
-                                                 "ridgefill": {"tail_tokens": tail} if mode else False})
+                                                 "ridgefill": {"tail_tokens": tail, "guard": False} if mode else False})
             return time.perf_counter() - t0, res["timings"].get("ridgefill_filled_n", 0)
         limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"], rf.get("map_kind") or "input",
                                          max(0, rf.get("context_tokens", 0)))) if shape else float("nan")
@@ -210,9 +260,18 @@ def save(result: dict, path: str | Path) -> None:
 
 
 def markdown(result: dict) -> str:
-    """A result of `run`, `run_server` or `run_chat` as a Markdown table."""
+    """A result of `run`, `run_server`, `run_chat` or `run_guard` as a Markdown table."""
     if "turns" in result:
         return chat_markdown(result)
+    if "domain" in result:
+        return _table(f"`{Path(result['model']).name}`, split layer {result['split_layer']}, tail "
+                      f"{result['tail_tokens']}, {result['domain']} prompts, {result['repeats']} rotated repeats",
+                      ["prompt", "exact s", "RidgeFill s", "RidgeFill+guard s", "speedup", "with guard",
+                       "speedup kept", "guard time", "verdict (checks, max score)"],
+                      [[r["length"], f"{r['exact_s']:.2f}", f"{r['ridgefill_s']:.2f}", f"{r['guard_s']:.2f}",
+                        f"{r['ratio']:.2f}×", f"{r['guard_ratio']:.2f}×", f"{100 * r['kept']:.0f}%",
+                        f"+{100 * r['guard_cost']:.1f}%", f"{r['verdict']} ({r['checks']}, {r['max_score']:.2f})"]
+                       for r in result["rows"]])
     return _table(f"`{Path(result['model']).name}`, split layer {result['split_layer']}, tail {result['tail_tokens']}, "
                   f"sink {result['sink_tokens']}, {result['repeats']} interleaved repeats, threads "
                   f"{result['threads'] or 'all'}, maps {result['maps_bytes'] / 2**20:.1f} MiB",
@@ -351,7 +410,8 @@ def run_chat(url: str, turns: int, turn_tokens: int, tail: int | None, repeats: 
         raise RidgefillError(f"{turns} turns of {turn_tokens} tokens (~{need}) do not fit the server's context "
                              f"({n_ctx}; start it with -c)")
     pieces = prose_pieces(url, turns, turn_tokens)
-    bodies = {False: {"ridgefill": False}, True: {"ridgefill": {"tail_tokens": tail} if tail else True}}
+    bodies = {False: {"ridgefill": False},
+              True: {"ridgefill": {"tail_tokens": tail, "guard": False} if tail else {"guard": False}}}
     http_post(url, "/completion", {"prompt": pieces[0][:200], "n_predict": 1, "cache_prompt": False})  # warm-up
 
     def once(mode: bool) -> list[Turn]:

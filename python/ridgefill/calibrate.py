@@ -31,7 +31,7 @@ import numpy as np
 from gguf import GGUFReader
 from tqdm import tqdm
 
-from . import data, kvproj, ridge
+from . import data, guard, kvproj, ridge
 from ._lib import lib
 from ._version import __version__
 from .errors import RidgefillError
@@ -56,7 +56,7 @@ class CalibConfig:
     map_type: str = "f32"
     sink_tokens: int = 4
     threads: int | None = None
-    diag_tokens: int = 1024                           # held-out tokens sampled for K/V diagnostics
+    diag_tokens: int = 1024                           # held-out tokens sampled (in 32-row windows): K/V diagnostics, guard
     seed: int = 0
     progress: bool = True
 
@@ -142,7 +142,8 @@ def val_chunks(n_chunks: int, fraction: float) -> np.ndarray:
 
 
 class Reservoir:
-    """A uniform sample of at most k rows from a stream (fixed memory), for the K/V diagnostics."""
+    """A uniform sample of at most k items (here: windows of consecutive held-out rows) from a stream, in fixed
+    memory: the guard's held-out checks and the K/V diagnostics."""
 
     def __init__(self, k: int, shape: tuple[int, ...], seed: int):
         self.rows = np.empty((k, *shape), dtype=np.float32)
@@ -238,7 +239,10 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         train, val = ridge.Moments(D, 2 * L, max(kv_dims)), ridge.Moments(D, 2 * L, max(kv_dims))
     else:
         train, val = ridge.Moments(D, L, d), ridge.Moments(D, L, d)
-    sample = Reservoir(cfg.diag_tokens, (C + 1 + L, d), cfg.seed)  # h_t, ..., h_{t-C}, then x_l
+    # held-out windows of guard.WINDOW consecutive rows h_t, ..., h_{t-C}, then x_l: the guard's threshold, and
+    # (as rows) the K/V diagnostics
+    W_g = guard.WINDOW
+    sample = Reservoir(max(2, cfg.diag_tokens // W_g), (W_g, C + 1 + L, d), cfg.seed)
 
     bar = tqdm(total=sum(len(c) for c in chunks), unit="tok", unit_scale=True, desc="calibrate",
                disable=not cfg.progress)
@@ -251,7 +255,9 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
             ys = xs if kind == "input" else kv_targets(kvw, xs, max(kv_dims))
             (val if held_out else train).add(f, ys)
             if held_out:
-                sample.add(np.concatenate([f.reshape(len(f), C + 1, d), xs.transpose(1, 0, 2)], axis=1))
+                rows = np.concatenate([f.reshape(len(f), C + 1, d), xs.transpose(1, 0, 2)], axis=1)
+                n_win = len(rows) // W_g
+                sample.add(rows[:n_win * W_g].reshape(n_win, W_g, *rows.shape[1:]))
         bar.update(len(chunk))
     bar.close()
     del runner
@@ -270,12 +276,15 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         raise RidgefillError("the ridge solve produced NaN or Inf (try a larger --lambda)")
 
     with clock("diagnostics"):
+        windows = sample.sample
+        rows = windows.reshape(-1, *windows.shape[2:])
         if not val.n:
             diag = {}
         elif kind == "kv":
-            diag = kv_diagnostics(kvw, kv_dims, W, b, val, sample.sample, C)
+            diag = kv_diagnostics(kvw, kv_dims, W, b, val, rows, C)
         else:
-            diag = diagnostics(reader, late, W, b, val, sample.sample, C)
+            diag = diagnostics(reader, late, W, b, val, rows, C)
+        guard_data = guard_fit(kind, kvw, kv_dims, W, b, windows, C) if len(windows) >= 2 else None
     if kind == "kv":                                               # per layer: the K rows, then the V rows
         dk, dv = kv_dims
         W = np.concatenate([W[0::2, :dk], W[1::2, :dv]], axis=1)
@@ -286,7 +295,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
                 extra={"calib_ctx": cfg.ctx, "val_tokens": val.n,
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
-                version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims)
+                version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data)
     if out_path is not None:
         with clock("write"):
             write_maps(out_path, m)
@@ -306,6 +315,29 @@ def kv_targets(kvw: list[kvproj.KVWeights], xs: np.ndarray, width: int) -> np.nd
         out[2 * i, :, :k.shape[1] * k.shape[2]] = k.reshape(n, -1)
         out[2 * i + 1, :, :v.shape[1]] = v
     return out
+
+
+def guard_fit(kind: str, kvw, kv_dims, W: np.ndarray, b: np.ndarray, windows: np.ndarray, C: int):
+    """The guard's data (ridgefill.guard) from held-out windows (n, WINDOW, C+1+L, d): the maps' error on each
+    window, per late layer and part, as the runtime measures it on canary rows.  W, b as solved: per layer
+    (input), or per target K(s+1), V(s+1), ... (kv)."""
+    n, w, n_ctx = len(windows), windows.shape[1], C + 1
+    f = windows[:, :, :n_ctx].reshape(n * w, -1)
+    L = windows.shape[2] - n_ctx
+    P = 2 if kind == "kv" else 1
+    num, den = np.empty((n, L * P)), np.empty((n, L * P))
+    for i in range(L):
+        x = windows[:, :, n_ctx + i].reshape(n * w, -1)
+        if kind == "kv":
+            k, v = kvproj.project(kvw[i], x)
+            targets = [(2 * i, k.reshape(n * w, -1)), (2 * i + 1, v)]
+        else:
+            targets = [(i, x)]
+        for p, (t, y) in enumerate(targets):
+            width = y.shape[1]
+            y_hat = f @ W[t, :width].T.astype(np.float32) + b[t, :width].astype(np.float32)
+            num[:, i * P + p], den[:, i * P + p] = guard.sums(y_hat.reshape(n, w, -1), y.reshape(n, w, -1))
+    return guard.fit(num, den)
 
 
 def diagnostics(reader: GGUFReader, late: list[int], W: np.ndarray, b: np.ndarray,

@@ -111,8 +111,22 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print("\n".join(bench.chat_targets(result)))
         _write(bench, result, args)
         return
+    if args.guard_cost:
+        if args.server or not args.model:
+            raise RidgefillError("--guard-cost runs in-process: give MODEL, not --server")
+        if args.plot:
+            raise RidgefillError("--guard-cost draws no plot (its table is printed and written with --json)")
+        check_gguf(args.model)
+        tail = args.tail_tokens or 1024
+        print(f"TTFT exact / RidgeFill / RidgeFill+guard, {args.domain} prompts, {args.repeats} rotated repeats, "
+              f"tail {tail}")
+        result = bench.run_guard(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats,
+                                 args.threads, args.domain)
+        print(bench.markdown(result))
+        _write(bench, result, args)
+        return
     if args.server:
-        print(f"TTFT exact vs RidgeFill through {args.server}, interleaved, {args.repeats} repeats")
+        print(f"TTFT exact vs RidgeFill (the fill, guard off) through {args.server}, interleaved, {args.repeats} repeats")
         print(bench.HEADER)
         result = bench.run_server(args.server, args.lengths, args.tail_tokens, args.repeats, args.model)
     else:
@@ -120,7 +134,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
             raise RidgefillError("give MODEL, or --server URL of a running ridgefill-server")
         check_gguf(args.model)
         tail = args.tail_tokens or 1024
-        print(f"TTFT exact vs RidgeFill, interleaved, {args.repeats} repeats, tail {tail}, sink {args.sink_tokens}")
+        print(f"TTFT exact vs RidgeFill (the fill, guard off: see --guard-cost), interleaved, {args.repeats} repeats, "
+              f"tail {tail}, sink {args.sink_tokens}")
         print(bench.HEADER)
         result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads,
                            n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on")
@@ -150,7 +165,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               tail_tokens=args.tail_tokens, sink_tokens=args.sink_tokens, prompts=args.prompts,
                               domains=[] if args.text and not args.domains_given else args.domains,
                               texts=args.text or [], depths=args.depths, needle_trials=args.needle_trials,
-                              key_gap=args.key_gap, compare=args.compare_maps, threads=args.threads, seed=args.seed)
+                              key_gap=args.key_gap, compare=args.compare_maps, guard=args.guard,
+                              threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
     _write(evaluate, result, args)
@@ -241,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-process: layers to offload to the GPU (or RPC) device, as llama.cpp's -ngl (default 0)")
     s.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="in-process: flash attention (default off, as llama-cpp-python)")
+    s.add_argument("--guard-cost", action="store_true",
+                   help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
+    s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
     s.add_argument("--json", help="write the results as JSON")
     s.add_argument("--plot", help="write TTFT and speedup against length, or per turn with --chat (PNG)")
     s.set_defaults(func=cmd_bench)
@@ -250,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--maps", help="map file (default: the maps in MODEL)")
     s.add_argument("--compare-maps", type=lambda v: [x for x in v.split(",") if x], default=[], metavar="A,B",
                    help="other map files of the model, each evaluated as one more mode (maps:NAME) on the same prompts")
+    s.add_argument("--guard", action="store_true",
+                   help="also evaluate RidgeFill with the out-of-distribution guard (mode guard; mode ridgefill "
+                        "runs without it), and report how often it falls back")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle or splice (repeatable or comma-separated)")
     s.add_argument("--lengths", type=_ints, default=[2048], help="prompt lengths (default 2048)")
@@ -257,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
     s.add_argument("--prompts", type=int, default=4, help="prompts per length and domain for kl/longdep/splice (default 4)")
     s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["brown", "shakespeare"],
-                   help="corpora to draw prompts from (default brown,shakespeare; also python-code)")
+                   help="corpora to draw prompts from (default brown,shakespeare; also python-code, spanish, "
+                        "french-tech, portuguese-tech, email)")
     s.add_argument("--text", action="append", metavar="FILE", help="evaluate on your own text too (repeatable; "
                    "alone it replaces the default domains)")
     s.add_argument("--depths", type=_floats, default=[0.1, 0.3, 0.5, 0.7, 0.9],

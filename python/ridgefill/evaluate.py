@@ -46,6 +46,7 @@ class EvalConfig:
     needle_trials: int = 4                 # pass keys per length × depth cell
     key_gap: float = 1.0
     compare: list[str] = field(default_factory=list)  # other map files of the model, each a mode "maps:<name>"
+    guard: bool = False                    # add the mode "guard": RidgeFill with the out-of-distribution guard
     threads: int | None = None
     seed: int = 0
 
@@ -56,7 +57,8 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 class Evaluator:
-    """One model, one context; runs a prompt in a mode: "exact", "ridgefill" or "splice-<m>"."""
+    """One model, one context; runs a prompt in a mode: "exact", "ridgefill" (without the guard), "guard"
+    (RidgeFill with the out-of-distribution guard), "splice-<m>" or "maps:<name>"."""
 
     def __init__(self, cfg: EvalConfig):
         from .modelfile import check_gguf
@@ -72,7 +74,7 @@ class Evaluator:
         threads = cfg.threads or os.cpu_count() or 1
         self.llm = Llama(str(cfg.model), maps_path=cfg.maps, tail_tokens=cfg.tail_tokens,
                          sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
-                         n_threads=threads, n_threads_batch=threads, verbose=False)
+                         n_threads=threads, n_threads_batch=threads, verbose=False, guard=False)
         n_train = self.llm._model.n_ctx_train()
         for n in cfg.lengths:
             if n > n_train:
@@ -96,6 +98,7 @@ class Evaluator:
             self.llm.load_maps(maps)
         self.llm.set_splice(mode.removeprefix("splice-") if mode.startswith("splice-") else None)
         self.llm.set_ridgefill(mode != "exact")
+        self.llm.set_guard(mode == "guard")
 
     def tail_logits(self, toks: list[int], mode: str) -> np.ndarray:
         self.set_mode(mode)
@@ -148,7 +151,8 @@ def windows(ev: Evaluator, text: str, length: int, count: int, name: str) -> lis
 def _tail_metrics(ev: Evaluator, prompts: list[list[int]], modes: list[str]) -> dict:
     """Per-token arrays over all prompts: exact NLL, tail-only NLL, and per mode KL, top-1 agreement, NLL."""
     T = ev.cfg.tail_tokens
-    acc = {"group": [], "nll_exact": [], "nll_tail_only": [], "modes": {m: {"kl": [], "top1": [], "nll": []} for m in modes}}
+    acc = {"group": [], "nll_exact": [], "nll_tail_only": [], "modes": {m: {"kl": [], "top1": [], "nll": []} for m in modes},
+           "guard": []}
     for i, toks in enumerate(prompts):
         n = len(toks)
         targets = np.asarray(toks[n - T + 1:])                       # predicted by tail rows 0..T-2
@@ -163,12 +167,18 @@ def _tail_metrics(ev: Evaluator, prompts: list[list[int]], modes: list[str]) -> 
         p = np.exp(ex)
         for m in modes:
             lp = _log_softmax(ev.tail_logits(toks, m))[:-1]
+            if m == "guard":
+                g = ev.llm.guard_result()
+                filled, _ = ev.llm.ridgefill_counts()
+                acc["guard"].append({"verdict": g["guard"], "max_score": g["max_score"], "filled": filled,
+                                     "fell_back_at": g["fell_back_at"]})
             acc["modes"][m]["kl"].append((p * (ex - lp)).sum(-1))
             acc["modes"][m]["top1"].append((lp.argmax(-1) == ex.argmax(-1)).astype(np.float64))
             acc["modes"][m]["nll"].append(-lp[np.arange(T - 1), targets])
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     out = {k: cat(acc[k]) for k in ("group", "nll_exact", "nll_tail_only")}
     out["modes"] = {m: {k: cat(v) for k, v in d.items()} for m, d in acc["modes"].items()}
+    out["guard"] = acc["guard"]
     return out
 
 
@@ -187,6 +197,11 @@ def _summarize(arr: dict, key_gap: float, seed: int) -> dict:
             "nll_key": bootstrap_mean(d["nll"][key], g[key], seed=seed),
             "nll_key_diff": bootstrap_mean((d["nll"] - arr["nll_exact"])[key], g[key], seed=seed),
         }
+    if arr.get("guard"):
+        per = arr["guard"]
+        fell = sum(p["verdict"] == "fell_back" for p in per)
+        res["guard"] = {"prompts": per, "fell_back": wilson(fell, len(per)),
+                        "fell_back_n": fell, "max_scores": [p["max_score"] for p in per]}
     return res
 
 
@@ -239,7 +254,8 @@ def run_needle(ev: Evaluator, text: str, modes: list[str], progress) -> dict:
 
 def run(cfg: EvalConfig, progress=print) -> dict:
     ev = Evaluator(cfg)
-    modes = ["ridgefill"] + ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare)
+    modes = (["ridgefill"] + (["guard"] if cfg.guard else []) +
+             ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare))
     result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
               "split_layer": ev.llm.split_layer, "domains": {}}
     for name, text in domains(cfg).items():
@@ -271,11 +287,17 @@ def report(result: dict) -> str:
             for m, r in t["modes"].items():
                 out.append(f"| {m} | {fmt_ci(r['kl'], 4)} | {fmt_ci(r['top1'], 3)} | {fmt_ci(r['nll_diff'], 3)} "
                            f"| {fmt_ci(r['nll_key_diff'], 3)} |")
-            if len(t["modes"]) > 1:
+            if "guard" in t:
+                gd = t["guard"]
+                out += ["", f"guard: fell back on {gd['fell_back_n']}/{len(gd['prompts'])} prompts "
+                        f"({fmt_ci(gd['fell_back'], 2)}); largest check score per prompt: "
+                        + ", ".join(f"{x:.2f}" for x in gd["max_scores"])]
+            others = [m for m in t["modes"] if m not in ("ridgefill", "guard")]
+            if others:
                 base = t["modes"]["ridgefill"]["kl"][0]
                 out += ["", "gap closed (KL): " + ", ".join(
-                    f"{m.removeprefix('splice-')} {100 * (1 - r['kl'][0] / base):.0f}%"
-                    for m, r in t["modes"].items() if m != "ridgefill" and base > 0)]
+                    f"{m.removeprefix('splice-')} {100 * (1 - t['modes'][m]['kl'][0] / base):.0f}%"
+                    for m in others if base > 0)]
             out.append("")
         if "needle" in dom:
             nd = dom["needle"]

@@ -11,6 +11,11 @@ Keys:     ridgefill.* (see MapFile and _add_keys), plus general.type = "ridgefil
           added format_version (u32; absent: 1), map_kind ("input"|"kv"; absent: "input"), context_tokens (u32;
           absent: 0) and, for kv, kv_dims [d_k, d_v] (u32).  ridge_lambda holds one λ per late layer, or for kv
           two, interleaved [λ_K(s+1), λ_V(s+1), λ_K(s+2), ...].  A format 1 file is read as input maps, C = 0.
+Guard:    optional (files calibrated before it lack them; the runtime's guard is then off):
+          ridgefill.guard.window (u32) rows per check; guard.layer_error (f32, per late layer and part: the
+          held-out relative squared error Σ|ŷ−y|²/Σ|y|², parts x, or K then V); guard.threshold (f32);
+          guard.scores (f32) the held-out checks' scores, sorted; guard.layer_error_q (f32, per late layer and
+          part: the 50/90/100% quantiles of the held-out checks' error over layer_error); guard.rule (string).
 """
 from __future__ import annotations
 
@@ -75,6 +80,18 @@ def fingerprint(reader: GGUFReader) -> str:
 
 
 @dataclass
+class Guard:
+    """What the runtime's out-of-distribution guard needs, from the calibration's held-out text: per late layer
+    and part the relative squared error (the score's unit), the threshold, and the distribution it came from."""
+    window: int                       # rows per check
+    layer_error: np.ndarray           # (L·P,) Σ|ŷ−y|²/Σ|y|² on held-out rows; P = 1 (x) or 2 (K, V)
+    threshold: float
+    scores: np.ndarray                # the held-out checks' scores, sorted
+    layer_error_q: np.ndarray         # (L·P, 3): 50/90/100% quantiles of a check's error / layer_error
+    rule: str = ""
+
+
+@dataclass
 class MapFile:
     """Everything a map file holds; plain arrays in, plain arrays out."""
     arch: str
@@ -95,6 +112,7 @@ class MapFile:
     context_tokens: int = 0           # C: predecessors whose split-layer states are features too
     kv_dims: tuple[int, int] | None = None   # kv: (d_k, d_v), the rows of K and of V in W
     format_version: int = FORMAT_VERSION     # of the file read (write_maps always writes FORMAT_VERSION)
+    guard: Guard | None = None               # the out-of-distribution guard's data (None: no guard)
 
     @property
     def late_layers(self) -> list[int]:
@@ -138,6 +156,12 @@ class MapFile:
                                      f"for {self.map_kind} maps with context_tokens {self.context_tokens}")
             if not (np.isfinite(W).all() and np.isfinite(b).all()):
                 raise RidgefillError(f"layer {l}: map holds NaN or Inf")
+        if self.guard is not None:
+            g, n = self.guard, L * (2 if self.map_kind == "kv" else 1)
+            if not (g.window > 0 and np.shape(g.layer_error) == (n,) and np.all(np.asarray(g.layer_error) > 0)
+                    and np.isfinite(g.threshold) and g.threshold > 0):
+                raise RidgefillError(f"guard data malformed: window {g.window}, {np.size(g.layer_error)} layer errors "
+                                     f"(expected {n} positive), threshold {g.threshold}")
 
 
 def _add_keys(w: GGUFWriter, m: MapFile) -> None:
@@ -156,6 +180,14 @@ def _add_keys(w: GGUFWriter, m: MapFile) -> None:
     w.add_uint32(PREFIX + "sink_tokens", int(m.sink_tokens))
     w.add_string(PREFIX + "base_fingerprint", m.base_fingerprint)
     w.add_string(PREFIX + "map_type", m.map_type)
+    if m.guard is not None:
+        g = m.guard
+        w.add_uint32(PREFIX + "guard.window", int(g.window))
+        w.add_array(PREFIX + "guard.layer_error", [float(x) for x in g.layer_error])
+        w.add_float32(PREFIX + "guard.threshold", float(g.threshold))
+        w.add_array(PREFIX + "guard.scores", [float(x) for x in g.scores])
+        w.add_array(PREFIX + "guard.layer_error_q", [float(x) for x in np.ravel(g.layer_error_q)])
+        w.add_string(PREFIX + "guard.rule", g.rule)
     for k, v in m.diagnostics.items():
         w.add_array(PREFIX + "diag." + k, [float(x) for x in v])
     for k, v in m.extra.items():
@@ -256,7 +288,15 @@ def read_maps(path: str | Path) -> MapFile:
     known = {"version", "split_layer", "n_layer", "prior", "ridge_lambda", "calib_tokens", "sink_tokens",
              "base_fingerprint", "map_type", "format_version", "map_kind", "context_tokens", "kv_dims"}
     diag, extra = {}, {}
+    guard = None
+    if get("guard.window") is not None:
+        arr = lambda k: np.asarray(get("guard." + k, []), dtype=np.float64)  # noqa: E731
+        guard = Guard(window=int(get("guard.window")), layer_error=arr("layer_error"),
+                      threshold=float(get("guard.threshold", float("nan"))), scores=arr("scores"),
+                      layer_error_q=arr("layer_error_q").reshape(-1, 3), rule=str(get("guard.rule", "")))
     for key in r.fields:
+        if key.startswith(PREFIX + "guard."):
+            continue
         if key.startswith(PREFIX + "diag."):
             diag[key[len(PREFIX + "diag."):]] = np.asarray(r.fields[key].contents(), dtype=np.float64)
         elif key.startswith(PREFIX) and key[len(PREFIX):] not in known:
@@ -267,7 +307,7 @@ def read_maps(path: str | Path) -> MapFile:
                 calib_tokens=int(get("calib_tokens")), sink_tokens=int(get("sink_tokens")),
                 base_fingerprint=get("base_fingerprint"), map_type=get("map_type"),
                 weights=weights, biases=biases, diagnostics=diag, extra=extra, version=get("version"),
-                map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version)
+                map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version, guard=guard)
     m.validate()
     return m
 
@@ -355,6 +395,13 @@ def info_text(path: str | Path) -> str:
     if m.map_kind == "kv":
         lines.insert(6, f"kv_dims:          {m.kv_dims[0]} {m.kv_dims[1]} (d_k d_v)")
     lines += [f"{k + ':':17s} {v}" for k, v in sorted(m.extra.items())]
+    if m.guard is None:
+        lines.append("guard:            none (calibrated before the out-of-distribution guard: it stays off)")
+    else:
+        g = m.guard
+        lines.append(f"guard:            {g.window}-row checks, threshold {g.threshold:.2f}; held-out check scores "
+                     f"median {np.median(g.scores):.2f}, max {g.scores.max():.2f} ({len(g.scores)} windows); "
+                     f"rule: {g.rule}")
     lines += ["", diagnostics_table(m)]
     return "\n".join(lines)
 

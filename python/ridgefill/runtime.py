@@ -18,6 +18,11 @@ the rows with logits are exact and the filled rows have none: their `scores` are
 Several machines: `rpc_servers="host:port,..."` with `n_gpu_layers=N` puts the last N layers (and
 their maps) on llama.cpp RPC servers (`ridgefill-rpc-server`; see ridgefill.rpc).
 
+The out-of-distribution guard (`guard=True`, the default, for maps that carry its threshold) computes the first
+rows each prompt would fill exactly and compares the maps' predictions with them there (and every
+`guard_period` positions); a prompt the maps do not fit is computed exactly.  `guard_result()` says what it
+decided for the last prompt.
+
 For the eval harness: `prompt_logits(tokens, logits_from)` returns the logits of the prompt's tail
 rows, and `splice="k"|"v"|"kv"|"kscale"` (debug) keeps exact keys, values, both, or the exact key
 scale in the filled cells (see cpp/ridgefill.h: llama_ridgefill_set_splice).
@@ -40,7 +45,7 @@ SEQ = 0  # llama_cpp.Llama runs one sequence
 class Llama(llama_cpp.Llama):
     def __init__(self, model_path: str, *, ridgefill: bool = True, maps_path: str | None = None,
                  tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None,
-                 rpc_servers: str | None = None, **kwargs):
+                 rpc_servers: str | None = None, guard: bool = True, guard_period: int | None = None, **kwargs):
         check_gguf(model_path)
         if maps_path is not None:
             check_gguf(maps_path)
@@ -62,6 +67,7 @@ class Llama(llama_cpp.Llama):
         self.sink_tokens = h.llama_ridgefill_sink_tokens(self.ctx)  # None: the maps' calibrated sink
         self.set_splice(splice)
         self.set_ridgefill(ridgefill)
+        self.set_guard(guard, guard_period)
 
     def load_maps(self, maps_path: str) -> None:
         """Fill from other maps of the same model from now on; the cache is dropped (the old maps filled it)."""
@@ -124,6 +130,25 @@ class Llama(llama_cpp.Llama):
             if tail_tokens < 1:
                 raise RidgefillError(f"tail_tokens must be >= 1, not {tail_tokens}")
             self.tail_tokens = tail_tokens
+
+    def set_guard(self, enabled: bool, period: int | None = None) -> None:
+        """The out-of-distribution guard on or off for the next prompts; period: positions between checks after
+        the probe (0: the probe only; None: unchanged, the runtime's default 2048)."""
+        check(lib().llama_ridgefill_set_guard(self.ctx, -1, bool(enabled)))
+        if period is not None:
+            check(lib().llama_ridgefill_set_guard_period(self.ctx, int(period)))
+        self.guard = bool(enabled)
+
+    def guard_result(self) -> dict:
+        """The guard's verdict on the last prompt: {"guard": "off" | "unchecked" | "passed" | "fell_back",
+        "score" (the last check's), "max_score", "threshold", "checks", "fell_back_at" (a position, or None)}."""
+        score, top, thr = ctypes.c_float(), ctypes.c_float(), ctypes.c_float()
+        n, at = ctypes.c_int32(), ctypes.c_int32()
+        v = lib().llama_ridgefill_guard(self.ctx, SEQ, ctypes.byref(score), ctypes.byref(top), ctypes.byref(thr),
+                                        ctypes.byref(n), ctypes.byref(at))
+        return {"guard": {-1: "off", 0: "unchecked", 1: "passed", 2: "fell_back"}[v], "score": score.value,
+                "max_score": top.value, "threshold": thr.value, "checks": n.value,
+                "fell_back_at": at.value if at.value >= 0 else None}
 
     def set_splice(self, mode: str | None) -> None:
         """Debug: None/"none", or keep exact "k", "v", "kv" or the exact key scale ("kscale") in filled cells."""

@@ -1,0 +1,199 @@
+"""The out-of-distribution guard: canary rows decide, per prompt, whether the maps may fill it.
+
+Real engine, real SmolLM2; maps fitted on Brown, as `calibrate` writes them (the `guarded20` fixture).
+Foreign text: Python source (the standard library of this interpreter, no download)."""
+import numpy as np
+import pytest
+import requests
+from conftest import n_threads
+from gguf import GGUFReader
+
+import ridgefill
+from ridgefill import data, guard, kvproj
+from ridgefill.calibrate import LayerInputs
+from ridgefill.errors import RidgefillError
+from ridgefill.ggufio import copy_gguf, read_maps
+from ridgefill.server import Server
+
+CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
+SINK, TAIL, W = 4, 256, guard.WINDOW
+
+
+@pytest.fixture(scope="module")
+def texts(smollm2):
+    """Token ids (BOS first): Brown prose from far past the calibration budget, and Python source."""
+    from llama_cpp import Llama
+    llm = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
+    brown, code = data.text("brown"), data.text("python-code")
+    tok = lambda s: llm.tokenize(s.encode(), add_bos=False)  # noqa: E731
+    bos = [llm.token_bos()]
+    out = {"prose": bos + tok(brown[len(brown) // 2:][:12000])[:1999], "code": bos + tok(code[200000:212000])[:1999]}
+    del llm
+    return out
+
+
+def llama(model, maps, **kw):
+    return ridgefill.Llama(str(model), maps_path=str(maps), tail_tokens=TAIL, sink_tokens=SINK, **{**CTX, **kw})
+
+
+def without_guard(maps, out):
+    """A copy of a map file without the guard's keys, as files calibrated before the guard are."""
+    copy_gguf(GGUFReader(maps), out, keep_key=lambda k: not k.startswith("ridgefill.guard."))
+    return out
+
+
+def test_calibration_stores_the_guard(guarded20):
+    g = read_maps(guarded20).guard
+    assert g is not None and g.window == W and g.rule == guard.RULE
+    assert g.layer_error.shape == (9,) and (g.layer_error > 0).all()        # 9 late layers, one part each
+    assert len(g.scores) >= 8 and 0.3 < np.median(g.scores) < 2.0         # about 1 on held-out text
+    assert g.threshold == pytest.approx(guard.MARGIN * g.scores.max(), rel=1e-6)
+    assert g.layer_error_q.shape == (9, 3)
+
+
+def test_prose_passes_code_falls_back(smollm2, guarded20, texts):
+    llm = llama(smollm2, guarded20)                                # the guard is on by default
+    n = len(texts["prose"])
+    llm.reset()
+    llm.eval(texts["prose"])
+    g = llm.guard_result()
+    assert g["guard"] == "passed" and g["checks"] == 1, g        # the probe; the next check would be at 2052
+    assert g["threshold"] == pytest.approx(read_maps(guarded20).guard.threshold, rel=1e-6)
+    assert llm.ridgefill_counts()[0] == n - SINK - TAIL - W      # the probe's rows are exact
+    assert llm.filled_ranges == [(SINK + W, n - TAIL)]
+    llm.reset()
+    llm.eval(texts["code"])
+    g = llm.guard_result()
+    assert g["guard"] == "fell_back" and g["fell_back_at"] == SINK + W and g["score"] > g["threshold"], g
+    assert llm.ridgefill_counts()[0] == 0 and llm.filled_ranges == []   # nothing approximate was ever stored
+
+
+def numpy_probe_score(model, maps, toks) -> float:
+    """The probe's score from exact activations: per late layer (and for kv maps K and V) Σ|ŷ−y|²/Σ|y|² on rows
+    [sink, sink+W), over the held-out error, averaged."""
+    m = read_maps(maps)
+    C = m.context_tokens
+    acts = LayerInputs(model, [m.split_layer, *m.late_layers], 1024, n_threads()).run(np.asarray(toks))
+    rows = np.arange(SINK, SINK + W)
+    f = np.concatenate([acts[0][rows - j] for j in range(C + 1)], axis=1)
+    kvw = kvproj.load(GGUFReader(model), m.late_layers) if m.map_kind == "kv" else None
+    num, den = [], []
+    for i, l in enumerate(m.late_layers):
+        x, y_hat = acts[1 + i][rows], f @ m.weights[l].T + m.biases[l]
+        if kvw:
+            k, v = kvproj.project(kvw[l], x)
+            dk = m.kv_dims[0]
+            parts = [(y_hat[:, :dk], k.reshape(len(rows), -1)), (y_hat[:, dk:], v)]
+        else:
+            parts = [(y_hat, x)]
+        for a, b in parts:
+            n_, d_ = guard.sums(a[None], b[None])
+            num.append(n_[0]), den.append(d_[0])
+    return float(guard.scores(np.array([num]), np.array([den]), m.guard.layer_error)[0])
+
+
+@pytest.mark.parametrize("which", ["input", "kv-c2", "gemma3"])
+def test_the_runtime_scores_what_numpy_does(which, smollm2, gemma3, guarded20, maps_kv20, gemma_maps, texts):
+    """The same statistic in the graph (canary rows) and in numpy: input maps, kv maps with two predecessors
+    (the canaries' features gather them), and Gemma 3 (sliding-window and global layers)."""
+    model, maps = {"input": (smollm2, guarded20), "gemma3": (gemma3, gemma_maps),
+                   "kv-c2": (smollm2, maps_kv20)}[which]
+    if which != "input":
+        maps = maps.with_name(maps.stem + "-guarded.gguf")
+    toks = texts["code"][:600]
+    if which == "gemma3":
+        from llama_cpp import Llama
+        vocab = Llama(model_path=str(gemma3), n_ctx=256, verbose=False, vocab_only=True)
+        toks = [vocab.token_bos()] + vocab.tokenize(data.text("python-code")[200000:206000].encode(),
+                                                    add_bos=False)[:599]
+        del vocab
+    want = numpy_probe_score(model, maps, toks)
+    llm = llama(model, maps, guard_period=0)
+    llm.reset()
+    llm.eval(toks)
+    got = llm.guard_result()
+    assert got["checks"] == 1 and got["score"] == pytest.approx(want, rel=2e-3)
+
+
+def test_guard_off_and_old_files_are_todays_path_bit_for_bit(smollm2, guarded20, texts, tmp_path):
+    old = without_guard(guarded20, tmp_path / "old.gguf")
+    n = len(texts["prose"])
+    ref = llama(smollm2, old)
+    assert ref.guard_result()["guard"] == "off"                  # no threshold in the file: off (a warning is logged)
+    want = ref.prompt_logits(texts["prose"], n - TAIL)
+    assert ref.ridgefill_counts()[0] == n - SINK - TAIL
+    del ref
+    llm = llama(smollm2, guarded20, guard=False)
+    got = llm.prompt_logits(texts["prose"], n - TAIL)
+    assert llm.guard_result()["guard"] == "off" and llm.ridgefill_counts()[0] == n - SINK - TAIL
+    assert np.array_equal(got, want)
+
+
+def test_a_fallback_equals_an_exact_run(smollm2, guarded20, texts):
+    n = len(texts["code"])
+    llm = llama(smollm2, guarded20)
+    guarded = llm.prompt_logits(texts["code"], n - TAIL)
+    assert llm.guard_result()["guard"] == "fell_back"
+    llm.set_ridgefill(False)
+    exact = llm.prompt_logits(texts["code"], n - TAIL)
+    np.testing.assert_array_equal(guarded, exact)
+
+
+def test_a_register_change_midway_is_caught_and_the_filled_cells_stay(smollm2, guarded20, texts):
+    toks = texts["prose"][:1000] + texts["code"][1:1001]
+    llm = llama(smollm2, guarded20, guard_period=512)               # checks at 4, 516 (prose) and 1028 (code)
+    llm.reset()
+    llm.eval(toks)
+    g = llm.guard_result()
+    assert g["guard"] == "fell_back" and g["checks"] == 3 and g["fell_back_at"] == SINK + 2 * 512 + W, g
+    assert llm.filled_ranges == [(SINK + W, SINK + 512), (SINK + 512 + W, SINK + 1024)]
+    assert llm.ridgefill_counts()[0] == 2 * (512 - W)
+
+
+def test_bad_settings_and_files_are_refused(smollm2, guarded20, tmp_path):
+    llm = llama(smollm2, guarded20)
+    with pytest.raises(RidgefillError, match="guard period 16"):
+        llm.set_guard(True, period=16)                           # not longer than a check
+    with pytest.raises(RidgefillError, match="guard period -1"):
+        llm.set_guard(True, period=-1)
+    del llm
+    bad = tmp_path / "bad.gguf"
+    copy_gguf(GGUFReader(guarded20), bad, keep_key=lambda k: k != "ridgefill.guard.layer_error",
+              add_keys=lambda w: w.add_array("ridgefill.guard.layer_error", [0.1, 0.2]))
+    with pytest.raises(RidgefillError, match="guard"):
+        read_maps(bad)
+    with pytest.raises(RidgefillError, match="guard's keys are malformed"):
+        llama(smollm2, bad)
+
+
+def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
+    from llama_cpp import Llama
+    vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
+    prose, code = (vocab.detokenize(texts[k][1:1500]).decode(errors="ignore") for k in ("prose", "code"))
+    del vocab
+    with Server(smollm2, "-c", "4096", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--metrics",
+                "--ridgefill-maps", str(guarded20), "--ridgefill-tail", str(TAIL)) as srv:
+        props = srv.get("/props")["ridgefill"]
+        assert props["guard"] is True and props["guard_period"] == 2048
+        assert props["guard_threshold"] == pytest.approx(read_maps(guarded20).guard.threshold, rel=1e-6)
+
+        def timings(prompt, **body):
+            r = requests.post(srv.url + "/completion", json={"prompt": prompt, "n_predict": 1, "cache_prompt": False,
+                                                             **body}, timeout=600)
+            assert r.status_code == 200, r.text
+            return r.json()["timings"]
+
+        t = timings(prose)
+        assert t["ridgefill_guard"] == "passed" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL - W
+        assert 0 < t["ridgefill_guard_score"] <= t["ridgefill_guard_threshold"]
+        t = timings(code)
+        assert t["ridgefill_guard"] == "fell_back" and t["ridgefill_filled_n"] == 0
+        assert t["ridgefill_guard_fell_back_at"] == SINK + W and t["ridgefill_guard_score"] > t["ridgefill_guard_threshold"]
+        t = timings(code, ridgefill={"guard": False})
+        assert t["ridgefill_guard"] == "off" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL
+        r = requests.post(srv.url + "/completion", json={"prompt": code, "n_predict": 1, "ridgefill": {"guard": 1}})
+        assert r.status_code == 400 and "guard must be true or false" in r.text
+        metrics = requests.get(srv.url + "/metrics", timeout=60).text
+        assert "llamacpp:ridgefill_guard_passed_total 1" in metrics
+        assert "llamacpp:ridgefill_guard_fell_back_total 1" in metrics
+        assert "RidgeFill guard: the maps do not fit this prompt" in srv.log()
