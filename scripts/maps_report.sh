@@ -5,13 +5,7 @@
 #   scripts/maps_report.sh calibrate 15 20     calibrate the variants of splits 15 and 20
 #   scripts/maps_report.sh eval 15 20          tail KL / NLL at 2K prompts, 256 tail, three domains
 #   scripts/maps_report.sh needle 15 MAPS...   pass keys at 2K prompts (64 keys) for exact and the given maps
-set -euo pipefail
-cd "$(dirname "$0")/.."
-RF=(.venv/bin/ridgefill)
-[ -n "${RIDGEFILL_SRC:-}" ] && RF=(env PYTHONPATH=python .venv/bin/python -m ridgefill)
-MODEL=${MODEL:-smollm2-135m}
-FILE=$("${RF[@]}" fetch-models "$MODEL" | cut -d' ' -f2)
-TAG=${MODEL%%-*}
+source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
 VARIANTS=${VARIANTS:-"input-c0 kv-c0 kv-c1 kv-c2 input-c1"}
 PROMPTS=${PROMPTS:-16}

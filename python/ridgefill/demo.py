@@ -2,11 +2,12 @@
 
 1. fit maps for one split layer on the Brown corpus (`ridgefill calibrate`),
 2. write the augmented model (`ridgefill export`),
-3. run one long prompt (Shakespeare: another domain than the calibration text) exactly and with
-   RidgeFill, interleaved, through `ridgefill.Llama` and through `ridgefill-server`,
+3. run one long prompt (Brown prose, other samples than the calibration's) exactly and with RidgeFill
+   (the out-of-distribution guard on, as by default), interleaved, through `ridgefill.Llama` and through
+   `ridgefill-server`, and one prompt of Python source, which the guard sends to the exact path,
 4. print time to first token for both and how close RidgeFill's next-token distribution is,
-5. a small bench (TTFT against length, with the FLOP limit) and eval (tail KL, needle accuracy both ways),
-   then a summary table; plots and JSON go to the work directory.
+5. a small bench (TTFT of the fill against length, with the FLOP limit) and eval on Shakespeare (another
+   register: tail KL, needle accuracy both ways), then a summary table; plots and JSON go to the work directory.
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from ._lib import fork_identity
 from .errors import RidgefillError
 from .modelfile import check_gguf
 
-QUESTION = "\n\nQuestion: Which play is this, and who speaks first? Answer:"
+QUESTION = "\n\nQuestion: What is this text about? Answer:"
 
 
-def build_prompt(tokenize, detokenize, n_tokens: int, corpus: str = "shakespeare") -> str:
-    """About `n_tokens` tokens of real text followed by a question."""
+def build_prompt(tokenize, detokenize, n_tokens: int, corpus: str = "brown") -> str:
+    """About `n_tokens` tokens of real text from the second half of `corpus` (calibration reads from its start)
+    followed by a question."""
     text = data.text(corpus)
+    text = text[len(text) // 2:]
     body = tokenize(text[: n_tokens * 8].encode(), add_bos=False, special=False)
     n_q = len(tokenize(QUESTION.encode(), add_bos=False, special=False))
     return detokenize(body[: max(1, n_tokens - n_q - 1)]).decode("utf-8", errors="ignore") + QUESTION
@@ -68,7 +71,8 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
                 n_threads=threads, n_threads_batch=threads, verbose=False)
     prompt = build_prompt(llm.tokenize, llm.detokenize, n_prompt)
     tokens = llm.tokenize(prompt.encode())
-    print(f"\n== prefill: {len(tokens)}-token prompt (Shakespeare), tail {tail_tokens}, {threads} threads")
+    print(f"\n== prefill: {len(tokens)}-token prompt (Brown prose, other samples than the calibration's), tail "
+          f"{tail_tokens}, {threads} threads")
 
     llm.set_ridgefill(False)
     llm.eval(tokens[:32])  # warm-up
@@ -81,6 +85,13 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
         ttft[mode] = time.perf_counter() - t0
         probs[mode] = _next_token_probs(llm)
         counts[mode] = llm.ridgefill_counts()
+    verdict = llm.guard_result()
+    # the out-of-distribution guard on text unlike the calibration prose: Python source of the same length
+    foreign = llm.tokenize(build_prompt(llm.tokenize, llm.detokenize, n_prompt, "python-code").encode())
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(foreign)
+    foreign_ttft, foreign_verdict, foreign_filled = time.perf_counter() - t0, llm.guard_result(), llm.ridgefill_counts()[0]
     p, q = probs[False], probs[True]
     kl = float((p * (np.log(p + 1e-30) - np.log(q + 1e-30))).sum())
     same_top = int(p.argmax() == q.argmax())
@@ -108,6 +119,10 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
     print(f"{'prompt tokens filled / exact':32s} {'0 / ' + str(counts[False][1]):>9s} "
           f"{str(counts[True][0]) + ' / ' + str(counts[True][1]):>10s}")
     print(f"\nnext-token KL(exact || RidgeFill) = {kl:.4f} nats, same top-1 token: {'yes' if same_top else 'no'}")
+    print(f"guard on this prompt: {verdict['guard']} (largest check score {verdict['max_score']:.2f}, threshold "
+          f"{verdict['threshold']:.2f})")
+    print(f"guard on {len(foreign)} tokens of Python source: {foreign_verdict['guard']} (score "
+          f"{foreign_verdict['max_score']:.2f}), {foreign_filled} tokens filled, TTFT {foreign_ttft:.2f} s")
     print(f"greedy continuation, exact:     {text[False]!r}")
     print(f"greedy continuation, RidgeFill: {text[True]!r}")
 
@@ -144,10 +159,12 @@ def run(model: str | None = None, n_prompt: int = 4096, threads: int | None = No
               f"{r['ratio']:6.2f}x  (FLOP limit {r['limit']:.2f}x)")
     print(f"{'tail KL(exact || RidgeFill), nats':40s} {'':9s} {fmt_ci(t['kl'], 4)}")
     print(f"{'tail top-1 agreement':40s} {'':9s} {fmt_ci(t['top1'], 3)}")
+    print(f"{'guard: Brown prompt / Python source':40s} {verdict['guard']:>9s} {foreign_verdict['guard']:>10s}")
     print(f"{'needle accuracy (' + str(n_trials) + ' keys, 1024 tokens)':40s} {nd['exact'][0]:9.2f} "
           f"{nd['ridgefill'][0]:10.2f}")
     if plots:
         print("plots: " + ", ".join(plots))
     return {"prompt_tokens": len(tokens), "ttft_exact_s": ttft[False], "ttft_ridgefill_s": ttft[True],
             "server_ttft_exact_s": srv_t[False][0], "server_ttft_ridgefill_s": srv_t[True][0], "kl": kl,
-            "tail_kl": t["kl"][0], "needle_exact": nd["exact"][0], "needle_ridgefill": nd["ridgefill"][0]}
+            "tail_kl": t["kl"][0], "needle_exact": nd["exact"][0], "needle_ridgefill": nd["ridgefill"][0],
+            "guard": verdict["guard"], "guard_foreign": foreign_verdict["guard"]}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# docs/results.md "Out-of-distribution guard": maps calibrated on Brown (32K tokens, chunks of 1024), then per split
+# layer the tail KL without and with the guard and how often it falls back, on 16 prompts per domain (2K prompts,
+# 256-token tail), and the guard's cost in TTFT (1K tail, exact / RidgeFill / RidgeFill+guard rotated: 8K Brown prompts,
+# 4K Python source).
+#   scripts/guard_report.sh calibrate 20 15
+#   scripts/guard_report.sh eval 20 15
+#   scripts/guard_report.sh cost 20
+source "$(dirname "$0")/report-env.sh"
+OUT=docs/data M=build/maps/guard
+DOMAINS=${DOMAINS:-brown,shakespeare,python-code,spanish,french-tech,portuguese-tech,email}
+PROMPTS=${PROMPTS:-16}
+mkdir -p "$OUT" "$M"
+what=$1; shift
+case $what in
+calibrate)
+    for s in "$@"; do
+        f=$M/$TAG-s$s.gguf
+        [ -f "$f" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 -o "$f" --no-progress
+    done ;;
+eval)
+    for s in "$@"; do
+        "${RF[@]}" eval "$FILE" --maps "$M/$TAG-s$s.gguf" --guard --task kl,longdep --lengths 2048 --tail-tokens 256 \
+            --prompts "$PROMPTS" --domains "$DOMAINS" --json "$OUT/guard-$TAG-s$s-2k.json" | tee "$OUT/guard-$TAG-s$s-2k.md"
+    done ;;
+cost)
+    for s in "$@"; do for dl in brown:8192 python-code:4096; do
+        d=${dl%:*}
+        "${RF[@]}" bench "$FILE" --maps "$M/$TAG-s$s.gguf" --guard-cost --domain "$d" --lengths "${dl#*:}" \
+            --tail-tokens 1024 -r 3 --json "$OUT/guard-cost-$TAG-s$s-$d.json" > "$OUT/guard-cost-$TAG-s$s-$d.md"
+    done; done ;;
+*) echo "usage: $0 calibrate|eval|cost SPLIT..." >&2; exit 2 ;;
+esac
