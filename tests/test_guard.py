@@ -197,3 +197,17 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
         assert "llamacpp:ridgefill_guard_passed_total 1" in metrics
         assert "llamacpp:ridgefill_guard_fell_back_total 1" in metrics
         assert "RidgeFill guard: the maps do not fit this prompt" in srv.log()
+
+
+def test_eval_shows_the_guard_as_a_mode(smollm2, guarded20, tmp_path):
+    import json
+
+    from conftest import run_cli
+    out = tmp_path / "eval.json"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(guarded20), "--guard", "--task", "kl",
+                "--lengths", "768", "--tail-tokens", "128", "--prompts", "2", "--domains", "python-code",
+                "-t", str(n_threads()), "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| guard |" in r.stdout and "guard: fell back on" in r.stdout
+    g = json.loads(out.read_text())["domains"]["python-code"]["tail@768"]["guard"]
+    assert len(g["prompts"]) == 2 and all(p["verdict"] in ("passed", "fell_back") for p in g["prompts"])
