@@ -291,6 +291,8 @@ def read_maps(path: str | Path) -> MapFile:
     guard = None
     if get("guard.window") is not None:
         arr = lambda k: np.asarray(get("guard." + k, []), dtype=np.float64)  # noqa: E731
+        if arr("layer_error_q").size != 3 * arr("layer_error").size:
+            raise RidgefillError(f"{path}: ridgefill.guard.layer_error_q must hold 3 quantiles per layer_error entry")
         guard = Guard(window=int(get("guard.window")), layer_error=arr("layer_error"),
                       threshold=float(get("guard.threshold", float("nan"))), scores=arr("scores"),
                       layer_error_q=arr("layer_error_q").reshape(-1, 3), rule=str(get("guard.rule", "")))
