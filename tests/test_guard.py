@@ -9,7 +9,7 @@ from conftest import n_threads
 from gguf import GGUFReader
 
 import ridgefill
-from ridgefill import data, guard, kvproj
+from ridgefill import data, guard, kvproj, ridge
 from ridgefill.calibrate import LayerInputs
 from ridgefill.errors import RidgefillError
 from ridgefill.ggufio import copy_gguf, read_maps
@@ -75,7 +75,7 @@ def numpy_probe_score(model, maps, toks) -> float:
     C = m.context_tokens
     acts = LayerInputs(model, [m.split_layer, *m.late_layers], 1024, n_threads()).run(np.asarray(toks))
     rows = np.arange(SINK, SINK + W)
-    f = np.concatenate([acts[0][rows - j] for j in range(C + 1)], axis=1)
+    f = ridge.context_features(acts[0][:SINK + W], C, SINK)
     kvw = kvproj.load(GGUFReader(model), m.late_layers) if m.map_kind == "kv" else None
     num, den = [], []
     for i, l in enumerate(m.late_layers):
@@ -191,6 +191,8 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
         assert t["ridgefill_guard_fell_back_at"] == SINK + W and t["ridgefill_guard_score"] > t["ridgefill_guard_threshold"]
         t = timings(code, ridgefill={"guard": False})
         assert t["ridgefill_guard"] == "off" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL
+        t = timings(code, ridgefill={"tail_tokens": 300, "guard": False})
+        assert t["ridgefill_guard"] == "off" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - 300
         r = requests.post(srv.url + "/completion", json={"prompt": code, "n_predict": 1, "ridgefill": {"guard": 1}})
         assert r.status_code == 400 and "guard must be true or false" in r.text
         metrics = requests.get(srv.url + "/metrics", timeout=60).text
