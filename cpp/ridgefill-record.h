@@ -58,6 +58,29 @@ struct ridgefill_record {
         }
     }
 
+    // after a decode: of the cells [b, e) this sequence just computed, the runtime filled exactly `filled`
+    // (n sorted ranges, from llama_ridgefill_take_filled); the rest of [b, e) was computed exactly (the tail,
+    // the guard's canary rows and fallbacks), whatever the plan marked before the decode
+    void settle(int32_t b, int32_t e, const int32_t * filled, int32_t n) {
+        std::vector<std::pair<int32_t, int32_t>> parts;
+        for (size_t i = 0; i < ranges.size(); i += 2) {
+            if (ranges[i] < std::min(ranges[i + 1], b)) {
+                parts.emplace_back(ranges[i], std::min(ranges[i + 1], b));
+            }
+            if (std::max(ranges[i], e) < ranges[i + 1]) {
+                parts.emplace_back(std::max(ranges[i], e), ranges[i + 1]);
+            }
+        }
+        for (int32_t i = 0; i < n; ++i) {
+            parts.emplace_back(filled[2 * i], filled[2 * i + 1]);
+        }
+        std::sort(parts.begin(), parts.end());
+        ranges.clear();
+        for (const auto & [x, y] : parts) {
+            add(x, y);
+        }
+    }
+
     // the filled cells of [0, n) are the same in both records
     bool same_below(const ridgefill_record & o, int32_t n) const {
         ridgefill_record a = *this, b = o;

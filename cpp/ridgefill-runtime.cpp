@@ -1046,6 +1046,7 @@ void llama_ridgefill_reset_counts(llama_context * ctx, llama_seq_id seq_id) {
         ctx->ridgefill->n_approx.erase(seq_id);
         ctx->ridgefill->n_exact.erase(seq_id);
         ctx->ridgefill->guard.erase(seq_id);  // the guard's verdict is per prompt too
+        ctx->ridgefill->filled.erase(seq_id); // and positions of an earlier prompt not taken
     }
 }
 

@@ -68,7 +68,8 @@ LLAMA_API int32_t llama_ridgefill_capture_predicted(struct llama_context * ctx, 
 LLAMA_API const float * llama_ridgefill_predicted(const struct llama_context * ctx, int32_t il, int32_t * n_rows,
                                                   int32_t * n_cols);
 LLAMA_API int64_t llama_ridgefill_maps_size(const struct llama_context * ctx);    // bytes of map tensors
-// Tokens of a sequence processed on each path since its last reset (which also starts a new guard verdict).
+// Tokens of a sequence processed on each path since its last reset (which also starts a new guard verdict and
+// drops the filled positions not yet taken).
 LLAMA_API void    llama_ridgefill_get_counts(const struct llama_context * ctx, llama_seq_id seq_id,
                                              int64_t * n_approx, int64_t * n_exact);
 LLAMA_API void    llama_ridgefill_reset_counts(struct llama_context * ctx, llama_seq_id seq_id);

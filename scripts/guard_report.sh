@@ -6,6 +6,8 @@
 #   scripts/guard_report.sh calibrate 20 15
 #   scripts/guard_report.sh eval 20 15
 #   scripts/guard_report.sh cost 20
+#   scripts/guard_report.sh verdicts 20 15   # the guard's scores alone on a second sample, disjoint from eval's
+#                                            # (Brown and e-mail, 2K and 8K prompts): the margin's validation
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps/guard
 DOMAINS=${DOMAINS:-brown,shakespeare,python-code,spanish,french-tech,portuguese-tech,email}
@@ -29,5 +31,15 @@ cost)
         "${RF[@]}" bench "$FILE" --maps "$M/$TAG-s$s.gguf" --guard-cost --domain "$d" --lengths "${dl#*:}" \
             --tail-tokens 1024 -r 3 --json "$OUT/guard-cost-$TAG-s$s-$d.json" > "$OUT/guard-cost-$TAG-s$s-$d.md"
     done; done ;;
-*) echo "usage: $0 calibrate|eval|cost SPLIT..." >&2; exit 2 ;;
+verdicts)
+    # sample B: Brown from 30K tokens into its held-out documents (past eval's 16 prompts of sample A), e-mail
+    # from 120K tokens in (sample A spans its first 112K); 2K prompts with a 256 tail, 8K prompts with a 1K tail
+    for s in "$@"; do for spec in brown:30000:2048:256:64 email:120000:2048:256:32 brown:30000:8192:1024:24 \
+                                  email:120000:8192:1024:16; do
+        IFS=: read -r d skip len tail n <<< "$spec"
+        "${RF[@]}" eval "$FILE" --maps "$M/$TAG-s$s.gguf" --task guard --domains "$d" --skip-tokens "$skip" \
+            --lengths "$len" --tail-tokens "$tail" --prompts "$n" --json "$OUT/guard-verdicts-$TAG-s$s-$d-$len.json" \
+            > "$OUT/guard-verdicts-$TAG-s$s-$d-$len.md"
+    done; done ;;
+*) echo "usage: $0 calibrate|eval|cost|verdicts SPLIT..." >&2; exit 2 ;;
 esac

@@ -200,6 +200,21 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
         assert "llamacpp:ridgefill_guard_fell_back_total 1" in metrics
         assert "RidgeFill guard: the maps do not fit this prompt" in srv.log()
 
+        # the fill record is what the runtime did: a fallback's cells and the probe's rows are exact, so an exact
+        # request reuses them, here through the RAM prompt cache (each prompt displaces the other from the slot)
+        c, p = "Guard record C.\n" + code, "Guard record P.\n" + prose
+        t = timings(c, cache_prompt=True)
+        assert t["ridgefill_guard"] == "fell_back" and t["cache_n"] == 0
+        n_c = t["prompt_n"]
+        t = timings(p, cache_prompt=True)
+        assert t["ridgefill_guard"] == "passed" and t["cache_n"] <= SINK              # a shared header at most
+        t = timings(c, cache_prompt=True, ridgefill=False)
+        assert t["cache_n"] == n_c - 1 and t["ridgefill_filled_n"] == 0        # all of C was computed exactly
+        t = timings(p, cache_prompt=True)                                     # back from the RAM cache
+        assert t["prompt_n"] == 1                                             # all of it reused
+        t = timings(p, cache_prompt=True, ridgefill=False)                    # in the slot
+        assert t["cache_n"] == SINK + W                                       # up to the first filled cell
+
 
 def test_eval_shows_the_guard_as_a_mode(smollm2, guarded20, tmp_path):
     import json

@@ -134,3 +134,45 @@ def test_bench_and_sweep_bad_arguments(smollm2, maps20, tmp_path, cmd, message):
     args = [a.format(model=smollm2, maps=maps20) for a in cmd]
     r = run_cli("ridgefill", *args, *(["--workdir", str(tmp_path)] if cmd[0] == "sweep" else []))
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+
+
+def test_eval_prompts_never_come_from_the_calibration_text(smollm2, maps20):
+    """maps20 was calibrated on Brown's first documents: eval's Brown prompts (and needle haystacks) skip them.
+    Checked against the chunks calibration itself builds (calibrate.token_budget), 16-token windows."""
+    from ridgefill import data, evaluate
+    from ridgefill.calibrate import CalibConfig, LayerInputs, token_budget
+    ev = Evaluator(EvalConfig(model=str(smollm2), maps=str(maps20), tasks=["kl"], lengths=[512], tail_tokens=64,
+                              prompts=4, domains=["brown"], threads=n_threads()))
+    chunks = token_budget(LayerInputs(smollm2, [20], 512, n_threads()),
+                          CalibConfig(model=smollm2, split_layer=20, corpus="brown", tokens=6144, ctx=512))
+    grams = lambda seqs: {tuple(s[i:i + 16]) for s in seqs for i in range(1, len(s) - 16)}  # noqa: E731
+    seen = grams([list(map(int, c)) for c in chunks])
+    lines = []
+    text = evaluate.domains(ev.cfg, ev, lines.append)["brown"]
+    assert lines and "which the maps were calibrated on" in lines[0]
+    assert not grams(evaluate.windows(ev, text, 512, 4, "brown")) & seen
+    assert grams(evaluate.windows(ev, data.text("brown"), 512, 4, "brown")) & seen    # without the rule: overlap
+    # another corpus is not touched; --skip-tokens moves the sample, disjoint from the first
+    assert evaluate.domains(EvalConfig(model="", domains=["shakespeare"]), ev)["shakespeare"] == data.text("shakespeare")
+    first = evaluate.windows(ev, text, 512, 4, "brown")
+    ev.cfg.skip_tokens = len(ev.tokens(text[:4 * 511 * 8]))   # past all the text the first sample spreads over
+    assert not grams(evaluate.windows(ev, text, 512, 4, "brown")) & grams(first)
+
+
+def test_eval_guard_task_reports_verdicts_only(smollm2, guarded20, maps20, tmp_path):
+    out = tmp_path / "g.json"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(guarded20), "--task", "guard", "--lengths", "768",
+                "--tail-tokens", "128", "--prompts", "2", "--domains", "python-code", "--guard-period", "256",
+                "-t", T, "--json", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    g = json.loads(out.read_text())["domains"]["python-code"]["guard@768"]
+    # checks at 4, 260 and 516 (the filled region is [4, 640)) unless one falls back first
+    assert all(p["checks"] == 3 if p["verdict"] == "passed" else p["checks"] >= 1 for p in g["prompts"])
+    assert [p["verdict"] for p in g["prompts"]] == ["fell_back" if s > g["threshold"] else "passed"
+                                                    for s in g["max_scores"]]
+    assert g["fell_back_n"] >= 1 and f"fell back on {g['fell_back_n']}/2 prompts" in r.stdout
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "guard", "--lengths", "768",
+                "--tail-tokens", "128", "--prompts", "1", "--domains", "python-code", "-t", T)
+    assert r.returncode == 1 and "has no guard data" in r.stderr, r.stderr[-2000:]
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(guarded20), "--task", "guard", "--skip-tokens", "-1")
+    assert r.returncode == 1 and "--skip-tokens must be" in r.stderr, r.stderr[-2000:]

@@ -166,6 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               domains=[] if args.text and not args.domains_given else args.domains,
                               texts=args.text or [], depths=args.depths, needle_trials=args.needle_trials,
                               key_gap=args.key_gap, compare=args.compare_maps, guard=args.guard,
+                              guard_period=args.guard_period, skip_tokens=args.skip_tokens,
                               threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
@@ -272,12 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--guard", action="store_true",
                    help="also evaluate RidgeFill with the out-of-distribution guard (mode guard; mode ridgefill "
                         "runs without it), and report how often it falls back")
+    s.add_argument("--guard-period", type=int, default=None, metavar="N",
+                   help="with --guard or --task guard: positions between the guard's checks after the probe "
+                        "(0: the probe only; default: the runtime's, 2048)")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
-                   help="kl, longdep, needle or splice (repeatable or comma-separated)")
+                   help="kl, longdep, needle, splice or guard (the guard's verdicts only) (repeatable or "
+                        "comma-separated)")
     s.add_argument("--lengths", type=_ints, default=[2048], help="prompt lengths (default 2048)")
     s.add_argument("--tail-tokens", type=int, default=256, help="exact tail (default 256)")
     s.add_argument("--sink-tokens", type=int, default=4, help="exact first tokens (default 4)")
-    s.add_argument("--prompts", type=int, default=4, help="prompts per length and domain for kl/longdep/splice (default 4)")
+    s.add_argument("--prompts", type=int, default=4,
+                   help="prompts per length and domain for kl/longdep/splice/guard (default 4)")
+    s.add_argument("--skip-tokens", type=int, default=0, metavar="N",
+                   help="start the prompts N tokens into each text, e.g. for a second sample disjoint from a first "
+                        "(default 0; the documents the maps were calibrated on are always skipped)")
     s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["brown", "shakespeare"],
                    help="corpora to draw prompts from (default brown,shakespeare; also python-code, spanish, "
                         "french-tech, portuguese-tech, email)")

@@ -8,6 +8,10 @@ Tasks (each on every domain: corpora from ridgefill.data and/or the user's --tex
            greedy answer checked; accuracy per length × depth for each mode.
   splice   kl and longdep for the runtime's splice modes (exact K, exact V, both, exact key scale): how much of
            the gap each error source accounts for.  With `needle` also requested, needle runs for them too.
+  guard    only the out-of-distribution guard's verdict and score per prompt (one RidgeFill prefill each, no exact
+           runs): how often the guard would fall back on a domain, cheaply enough for large samples.
+Prompts never come from the text the maps were fitted on: for the corpus named in the map file's calib_source,
+the documents calibration read are skipped (`held_out`).
 Means carry 95% cluster-bootstrap intervals that resample prompts (the tail tokens of a prompt share one
 filled cache), accuracies Wilson intervals.
 """
@@ -25,7 +29,7 @@ from . import data
 from .errors import RidgefillError
 from .stats import bootstrap_mean, fmt_ci, wilson
 
-TASKS = ("kl", "longdep", "needle", "splice")
+TASKS = ("kl", "longdep", "needle", "splice", "guard")
 SPLICE_MODES = ("k", "v", "kscale", "kv")
 NEEDLE = "\n\nIMPORTANT: the pass key is {key}.\n\n"
 QUESTION = "\n\nQuestion: what is the pass key?\nAnswer: the pass key is"
@@ -39,7 +43,8 @@ class EvalConfig:
     lengths: list[int] = field(default_factory=lambda: [2048])
     tail_tokens: int = 256
     sink_tokens: int = 4
-    prompts: int = 4                       # prompts per length and domain (kl, longdep, splice)
+    prompts: int = 4                       # prompts per length and domain (kl, longdep, splice, guard)
+    skip_tokens: int = 0                   # prompts start this many tokens into each (held-out) text
     domains: list[str] = field(default_factory=lambda: ["brown", "shakespeare"])
     texts: list[str] = field(default_factory=list)
     depths: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
@@ -47,6 +52,7 @@ class EvalConfig:
     key_gap: float = 1.0
     compare: list[str] = field(default_factory=list)  # other map files of the model, each a mode "maps:<name>"
     guard: bool = False                    # add the mode "guard": RidgeFill with the out-of-distribution guard
+    guard_period: int | None = None        # positions between the guard's checks (None: the runtime's 2048)
     threads: int | None = None
     seed: int = 0
 
@@ -67,6 +73,8 @@ class Evaluator:
         bad = [t for t in cfg.tasks if t not in TASKS]
         if bad or not cfg.tasks:
             raise RidgefillError(f"unknown task {', '.join(bad) or '(none)'}; tasks: {', '.join(TASKS)}")
+        if not (isinstance(cfg.skip_tokens, int) and cfg.skip_tokens >= 0):
+            raise RidgefillError(f"--skip-tokens must be a whole number >= 0, not {cfg.skip_tokens!r}")
         n_ctx = max(cfg.lengths) + 16
         # splice attributes cleanly only when the filled region is one ubatch (cpp/ridgefill.h)
         n_ubatch = n_ctx if "splice" in cfg.tasks else 512
@@ -74,7 +82,8 @@ class Evaluator:
         threads = cfg.threads or os.cpu_count() or 1
         self.llm = Llama(str(cfg.model), maps_path=cfg.maps, tail_tokens=cfg.tail_tokens,
                          sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
-                         n_threads=threads, n_threads_batch=threads, verbose=False, guard=False)
+                         n_threads=threads, n_threads_batch=threads, verbose=False, guard=False,
+                         guard_period=cfg.guard_period)
         n_train = self.llm._model.n_ctx_train()
         for n in cfg.lengths:
             if n > n_train:
@@ -123,8 +132,43 @@ class Evaluator:
         return self.llm.tokenize(text.encode(), add_bos=False, special=False)
 
 
-def domains(cfg: EvalConfig) -> dict[str, str]:
-    out = {name: data.text(name) for name in cfg.domains}
+def calibration_text_tokens(maps_path: str) -> tuple[str, int] | None:
+    """(corpus, text tokens) that `ridgefill calibrate` read for a map file calibrated on a corpus, else None.
+
+    Calibration reads the corpus's documents in order into chunks of calib_ctx tokens (BOS + text), fits on
+    calib_tokens rows and holds out val_tokens rows, each chunk without its sink_tokens first rows."""
+    from .ggufio import read_maps
+    m = read_maps(maps_path)
+    src, ctx, val = m.extra.get("calib_source", ""), m.extra.get("calib_ctx"), m.extra.get("val_tokens")
+    if not str(src).startswith("corpus:") or ctx is None or val is None:
+        return None
+    rows_per_chunk = int(ctx) - m.sink_tokens
+    n_chunks = -(-(m.calib_tokens + int(val)) // rows_per_chunk)
+    return str(src)[len("corpus:"):], n_chunks * int(ctx)      # BOS included: never too few
+
+
+def held_out(ev: "Evaluator", name: str, progress=lambda s: None) -> str:
+    """The text of corpus `name` without the documents any of the evaluated map files was calibrated on."""
+    docs = data.corpus(name)
+    need = max([n for src, n in filter(None, map(calibration_text_tokens, [ev.maps, *ev.compare.values()]))
+                if src == name] or [0])
+    if not need:
+        return data.text(name)
+    seen = 0
+    for i, d in enumerate(docs):                  # calibration's loop: documents in order until `need` tokens
+        if seen >= need:
+            break
+        seen += len(ev.tokens(d.text + "\n\n"))
+    else:
+        i = len(docs)
+    if i >= len(docs):
+        raise RidgefillError(f"{name}: the maps were calibrated on all of it; evaluate on another domain")
+    progress(f"{name}: skipping its first {i} documents ({seen} tokens), which the maps were calibrated on")
+    return "\n\n".join(d.text for d in docs[i:])
+
+
+def domains(cfg: EvalConfig, ev: "Evaluator | None" = None, progress=lambda s: None) -> dict[str, str]:
+    out = {name: (held_out(ev, name, progress) if ev else data.text(name)) for name in cfg.domains}
     for f in cfg.texts:
         p = Path(f)
         if not p.is_file():
@@ -136,9 +180,11 @@ def domains(cfg: EvalConfig) -> dict[str, str]:
 
 
 def windows(ev: Evaluator, text: str, length: int, count: int, name: str) -> list[list[int]]:
-    """`count` prompts of `length` tokens (BOS first), evenly spaced through the text."""
-    need = count * (length - len(ev.bos))
-    toks = ev.tokens(text[: need * 8])
+    """`count` prompts of `length` tokens (BOS first), evenly spaced through the text after its first
+    cfg.skip_tokens tokens."""
+    skip = ev.cfg.skip_tokens
+    need = skip + count * (length - len(ev.bos))
+    toks = ev.tokens(text[: need * 8])[skip:]
     if len(toks) < length - len(ev.bos):
         raise RidgefillError(f"{name}: the text has {len(toks)} tokens, fewer than one {length}-token prompt")
     step = max(1, (len(toks) - (length - len(ev.bos))) // max(1, count - 1)) if count > 1 else 0
@@ -205,6 +251,25 @@ def _summarize(arr: dict, key_gap: float, seed: int) -> dict:
     return res
 
 
+# ---- guard: verdicts only -----------------------------------------------------------------------------
+
+def run_guard(ev: Evaluator, prompts: list[list[int]]) -> dict:
+    """The guard's verdict and largest check score on each prompt (RidgeFill prefill with the guard, nothing else)."""
+    per = []
+    for toks in prompts:
+        ev.tail_logits(toks, "guard")
+        g = ev.llm.guard_result()
+        if g["guard"] == "off":
+            raise RidgefillError(f"{ev.maps} has no guard data (no ridgefill.guard.* keys): recalibrate it with "
+                                 "this version of `ridgefill calibrate` to evaluate the guard")
+        filled, _ = ev.llm.ridgefill_counts()
+        per.append({"verdict": g["guard"], "max_score": g["max_score"], "checks": g["checks"], "filled": filled,
+                    "fell_back_at": g["fell_back_at"]})
+    fell = sum(p["verdict"] == "fell_back" for p in per)
+    return {"prompts": per, "fell_back": wilson(fell, len(per)), "fell_back_n": fell,
+            "max_scores": [p["max_score"] for p in per], "threshold": g["threshold"]}
+
+
 # ---- needle -----------------------------------------------------------------------------------------
 
 def needle_prompt(ev: Evaluator, hay: list[int], length: int, depth: float, key: str) -> tuple[list[int], int]:
@@ -258,8 +323,12 @@ def run(cfg: EvalConfig, progress=print) -> dict:
              ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare))
     result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
               "split_layer": ev.llm.split_layer, "domains": {}}
-    for name, text in domains(cfg).items():
+    for name, text in domains(cfg, ev, progress).items():
         dom = result["domains"][name] = {}
+        if "guard" in cfg.tasks:
+            for length in cfg.lengths:
+                progress(f"{name}: guard verdicts on {cfg.prompts} prompts of {length} tokens")
+                dom[f"guard@{length}"] = run_guard(ev, windows(ev, text, length, cfg.prompts, name))
         if {"kl", "longdep", "splice"} & set(cfg.tasks):
             for length in cfg.lengths:
                 progress(f"{name}: {cfg.prompts} prompts of {length} tokens, modes exact, {', '.join(modes)}")
@@ -278,6 +347,11 @@ def report(result: dict) -> str:
            f"sink {cfg['sink_tokens']}; means with 95% bootstrap intervals, accuracies with Wilson intervals", ""]
     for name, dom in result["domains"].items():
         for key, t in dom.items():
+            if key.startswith("guard@"):
+                sc = np.asarray(t["max_scores"])
+                out += [f"### {name}, {key[6:]}-token prompts: guard (threshold {t['threshold']:.2f})", "",
+                        f"fell back on {t['fell_back_n']}/{len(sc)} prompts ({fmt_ci(t['fell_back'], 2)}); largest "
+                        f"check score per prompt: median {np.median(sc):.2f}, range {sc.min():.2f}–{sc.max():.2f}", ""]
             if not key.startswith("tail@"):
                 continue
             out += [f"### {name}, {key[5:]}-token prompts ({t['tokens']} tail tokens, {t['key_tokens']} key tokens)", "",
