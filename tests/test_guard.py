@@ -228,3 +228,21 @@ def test_eval_shows_the_guard_as_a_mode(smollm2, guarded20, tmp_path):
     assert "| guard |" in r.stdout and "guard: fell back on" in r.stdout
     g = json.loads(out.read_text())["domains"]["python-code"]["tail@768"]["guard"]
     assert len(g["prompts"]) == 2 and all(p["verdict"] in ("passed", "fell_back") for p in g["prompts"])
+
+
+def test_bench_guard_cost_through_the_cli(smollm2, guarded20, tmp_path):
+    import json
+
+    from conftest import run_cli
+    out = tmp_path / "cost.json"
+    r = run_cli("ridgefill", "bench", str(smollm2), "--maps", str(guarded20), "--guard-cost", "--domain", "shakespeare",
+                "--lengths", "768", "--tail-tokens", "128", "-r", "1", "--guard-period", "256", "-t", str(n_threads()),
+                "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["exact_s"] > 0 and row["ridgefill_s"] > 0 and row["guard_s"] > 0
+    # a passing prompt of 768 with a 128 tail is checked at 4, 260 and 516 (the filled region is [4, 640))
+    if row["verdict"] == "passed":
+        assert row["checks"] == 3 and row["guard_filled"] == row["filled"] - 3 * W
+    else:
+        assert row["checks"] >= 1 and row["guard_filled"] < row["filled"]

@@ -121,7 +121,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(f"TTFT exact / RidgeFill / RidgeFill+guard, {args.domain} prompts, {args.repeats} rotated repeats, "
               f"tail {tail}")
         result = bench.run_guard(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats,
-                                 args.threads, args.domain)
+                                 args.threads, args.domain, period=args.guard_period)
         print(bench.markdown(result))
         _write(bench, result, args)
         return
@@ -261,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--guard-cost", action="store_true",
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
+    s.add_argument("--guard-period", type=int, default=None, metavar="N",
+                   help="with --guard-cost: positions between the guard's checks after the probe (default 2048)")
     s.add_argument("--json", help="write the results as JSON")
     s.add_argument("--plot", help="write TTFT and speedup against length, or per turn with --chat (PNG)")
     s.set_defaults(func=cmd_bench)
