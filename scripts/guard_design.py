@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ridgefill import ridge
+from ridgefill import guard, ridge
 from ridgefill.calibrate import LayerInputs
 from ridgefill.evaluate import EvalConfig, Evaluator, held_out, windows
 from ridgefill.ggufio import read_maps
@@ -37,7 +37,8 @@ def row_errors(runner: LayerInputs, m, toks: list[int], sink: int, n_fill: int) 
 
 
 def stat(num: np.ndarray, den: np.ndarray, layer_error: np.ndarray, rows: np.ndarray) -> float:
-    return float((num[rows].sum(0) / den[rows].sum(0) / layer_error).mean())
+    """The guard's score (ridgefill.guard.scores) of one check over `rows`."""
+    return float(guard.scores(num[rows].sum(0)[None], den[rows].sum(0)[None], layer_error)[0])
 
 
 def designs(n_fill: int) -> dict[str, list[np.ndarray]]:

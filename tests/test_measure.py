@@ -137,7 +137,7 @@ def test_bench_and_sweep_bad_arguments(smollm2, maps20, tmp_path, cmd, message):
 
 
 def test_eval_prompts_never_come_from_the_calibration_text(smollm2, maps20):
-    """maps20 was calibrated on Brown's first documents: eval's Brown prompts (and needle haystacks) skip them.
+    """maps20 was calibrated on Brown's first documents: eval's Brown prompts skip them.
     Checked against the chunks calibration itself builds (calibrate.token_budget), 16-token windows."""
     from ridgefill import data, evaluate
     from ridgefill.calibrate import CalibConfig, LayerInputs, token_budget

@@ -104,6 +104,19 @@ class LayerInputs:
         return out
 
 
+def read_documents(texts, tokenize, need: int) -> tuple[list[int], int]:
+    """Calibration's reading order: documents in order, each followed by a blank line, until `need` tokens.
+    Returns the token ids and how many documents were read (`ridgefill eval` skips those)."""
+    ids: list[int] = []
+    n_docs = 0
+    for text in texts:
+        ids += tokenize(text + "\n\n")
+        n_docs += 1
+        if len(ids) >= need:
+            break
+    return ids, n_docs
+
+
 def token_budget(runner: LayerInputs, cfg: CalibConfig) -> list[np.ndarray]:
     """Chunks of token ids (BOS + text) totalling cfg.tokens, from the user's files or a corpus."""
     if cfg.texts:
@@ -121,11 +134,7 @@ def token_budget(runner: LayerInputs, cfg: CalibConfig) -> list[np.ndarray]:
     per_chunk = cfg.ctx - len(bos)
     n_chunks = -(-cfg.tokens // cfg.ctx)
     need = n_chunks * per_chunk
-    ids: list[int] = []
-    for doc in docs:
-        ids += runner.tokenize(doc + "\n\n")
-        if len(ids) >= need:
-            break
+    ids, _ = read_documents(docs, runner.tokenize, need)
     if len(ids) < need:
         raise RidgefillError(f"text too short: --tokens {cfg.tokens} needs {need} text tokens, {source} has {len(ids)}")
     ids_arr = np.asarray(ids[:need], dtype=np.int32)

@@ -149,26 +149,22 @@ def calibration_text_tokens(maps_path: str) -> tuple[str, int] | None:
 
 def held_out(ev: "Evaluator", name: str, progress=lambda s: None) -> str:
     """The text of corpus `name` without the documents any of the evaluated map files was calibrated on."""
+    from .calibrate import read_documents
     docs = data.corpus(name)
     need = max([n for src, n in filter(None, map(calibration_text_tokens, [ev.maps, *ev.compare.values()]))
                 if src == name] or [0])
     if not need:
         return data.text(name)
-    seen = 0
-    for i, d in enumerate(docs):                  # calibration's loop: documents in order until `need` tokens
-        if seen >= need:
-            break
-        seen += len(ev.tokens(d.text + "\n\n"))
-    else:
-        i = len(docs)
+    ids, i = read_documents((d.text for d in docs), ev.tokens, need)
+    seen = len(ids)
     if i >= len(docs):
         raise RidgefillError(f"{name}: the maps were calibrated on all of it; evaluate on another domain")
     progress(f"{name}: skipping its first {i} documents ({seen} tokens), which the maps were calibrated on")
     return "\n\n".join(d.text for d in docs[i:])
 
 
-def domains(cfg: EvalConfig, ev: "Evaluator | None" = None, progress=lambda s: None) -> dict[str, str]:
-    out = {name: (held_out(ev, name, progress) if ev else data.text(name)) for name in cfg.domains}
+def domains(cfg: EvalConfig, ev: "Evaluator", progress=lambda s: None) -> dict[str, str]:
+    out = {name: held_out(ev, name, progress) for name in cfg.domains}
     for f in cfg.texts:
         p = Path(f)
         if not p.is_file():
@@ -214,10 +210,7 @@ def _tail_metrics(ev: Evaluator, prompts: list[list[int]], modes: list[str]) -> 
         for m in modes:
             lp = _log_softmax(ev.tail_logits(toks, m))[:-1]
             if m == "guard":
-                g = ev.llm.guard_result()
-                filled, _ = ev.llm.ridgefill_counts()
-                acc["guard"].append({"verdict": g["guard"], "max_score": g["max_score"], "filled": filled,
-                                     "fell_back_at": g["fell_back_at"]})
+                acc["guard"].append(_guard_verdict(ev))
             acc["modes"][m]["kl"].append((p * (ex - lp)).sum(-1))
             acc["modes"][m]["top1"].append((lp.argmax(-1) == ex.argmax(-1)).astype(np.float64))
             acc["modes"][m]["nll"].append(-lp[np.arange(T - 1), targets])
@@ -244,30 +237,36 @@ def _summarize(arr: dict, key_gap: float, seed: int) -> dict:
             "nll_key_diff": bootstrap_mean((d["nll"] - arr["nll_exact"])[key], g[key], seed=seed),
         }
     if arr.get("guard"):
-        per = arr["guard"]
-        fell = sum(p["verdict"] == "fell_back" for p in per)
-        res["guard"] = {"prompts": per, "fell_back": wilson(fell, len(per)),
-                        "fell_back_n": fell, "max_scores": [p["max_score"] for p in per]}
+        res["guard"] = _guard_summary(arr["guard"])
     return res
 
 
 # ---- guard: verdicts only -----------------------------------------------------------------------------
+
+def _guard_verdict(ev: Evaluator) -> dict:
+    """The guard's verdict on the prompt just run in mode "guard"."""
+    g = ev.llm.guard_result()
+    filled, _ = ev.llm.ridgefill_counts()
+    return {"verdict": g["guard"], "max_score": g["max_score"], "checks": g["checks"], "filled": filled,
+            "fell_back_at": g["fell_back_at"], "threshold": g["threshold"]}
+
+
+def _guard_summary(per: list[dict]) -> dict:
+    fell = sum(p["verdict"] == "fell_back" for p in per)
+    return {"prompts": per, "fell_back": wilson(fell, len(per)), "fell_back_n": fell,
+            "max_scores": [p["max_score"] for p in per], "threshold": per[-1]["threshold"]}
+
 
 def run_guard(ev: Evaluator, prompts: list[list[int]]) -> dict:
     """The guard's verdict and largest check score on each prompt (RidgeFill prefill with the guard, nothing else)."""
     per = []
     for toks in prompts:
         ev.tail_logits(toks, "guard")
-        g = ev.llm.guard_result()
-        if g["guard"] == "off":
+        per.append(_guard_verdict(ev))
+        if per[-1]["verdict"] == "off":
             raise RidgefillError(f"{ev.maps} has no guard data (no ridgefill.guard.* keys): recalibrate it with "
                                  "this version of `ridgefill calibrate` to evaluate the guard")
-        filled, _ = ev.llm.ridgefill_counts()
-        per.append({"verdict": g["guard"], "max_score": g["max_score"], "checks": g["checks"], "filled": filled,
-                    "fell_back_at": g["fell_back_at"]})
-    fell = sum(p["verdict"] == "fell_back" for p in per)
-    return {"prompts": per, "fell_back": wilson(fell, len(per)), "fell_back_n": fell,
-            "max_scores": [p["max_score"] for p in per], "threshold": g["threshold"]}
+    return _guard_summary(per)
 
 
 # ---- needle -----------------------------------------------------------------------------------------
