@@ -8,6 +8,9 @@
 #   scripts/guard_report.sh cost 20
 #   scripts/guard_report.sh verdicts 20 15   # the guard's scores alone on a second sample, disjoint from eval's
 #                                            # (Brown and e-mail, 2K and 8K prompts): the margin's validation
+#   scripts/guard_report.sh readorder 20     # calibration's reading order: maps of Brown's first documents
+#                                            # (sequential) vs documents spread over it, guard verdicts on the same
+#                                            # prompts (held out from both), checks every 1024
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps/guard
 DOMAINS=${DOMAINS:-brown,shakespeare,python-code,spanish,french-tech,portuguese-tech,email}
@@ -41,5 +44,30 @@ verdicts)
             --lengths "$len" --tail-tokens "$tail" --prompts "$n" --json "$OUT/guard-verdicts-$TAG-s$s-$d-$len.json" \
             > "$OUT/guard-verdicts-$TAG-s$s-$d-$len.md"
     done; done ;;
-*) echo "usage: $0 calibrate|eval|cost|verdicts SPLIT..." >&2; exit 2 ;;
+readorder)
+    S=build/maps/guard-spread
+    mkdir -p "$S"
+    for s in "$@"; do
+        [ -f "$M/$TAG-s$s-seq.gguf" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 --read-order sequential \
+            -o "$M/$TAG-s$s-seq.gguf" --no-progress
+        [ -f "$S/$TAG-s$s.gguf" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 -o "$S/$TAG-s$s.gguf" --no-progress
+        # Brown in four places (its genres are stored in order) and e-mail
+        for spec in brown:0:2048:256:16 brown:300000:2048:256:16 brown:600000:2048:256:16 brown:900000:2048:256:16 \
+                    email:900000:2048:256:32; do
+            IFS=: read -r d skip len tail n <<< "$spec"
+            for o in spread seq; do
+                if [ $o = spread ]; then a=$S/$TAG-s$s.gguf b=$M/$TAG-s$s-seq.gguf; else a=$M/$TAG-s$s-seq.gguf b=$S/$TAG-s$s.gguf; fi
+                "${RF[@]}" eval "$FILE" --maps "$a" --compare-maps "$b" --task guard --guard-period 1024 --domains "$d" \
+                    --skip-tokens "$skip" --lengths "$len" --tail-tokens "$tail" --prompts "$n" \
+                    --json "$OUT/guard-order-$o-$TAG-s$s-$d-$skip-$len.json" > "$OUT/guard-order-$o-$TAG-s$s-$d-$skip-$len.md"
+            done
+        done
+        # and the tail KL of both map files on the same held-out prompts: press (where sequential read) and fiction
+        for skip in 0 600000; do
+            "${RF[@]}" eval "$FILE" --maps "$S/$TAG-s$s.gguf" --compare-maps "$M/$TAG-s$s-seq.gguf" --task kl \
+                --domains brown --skip-tokens $skip --lengths 2048 --tail-tokens 256 --prompts 16 \
+                --json "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.json" > "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.md"
+        done
+    done ;;
+*) echo "usage: $0 calibrate|eval|cost|verdicts|readorder SPLIT..." >&2; exit 2 ;;
 esac

@@ -109,6 +109,35 @@ def calibrate_cli(model, *args, out=None):
     return run_cli("ridgefill", "calibrate", str(model), *args, "-o", str(out), "--no-progress", "-t", "2")
 
 
+def test_the_spread_reading_order_covers_the_corpus_from_the_first_documents():
+    """Brown is stored genre by genre (500 documents): the first documents read come from every part of it."""
+    from ridgefill.calibrate import read_documents, reading_order
+    for n in (1, 2, 3, 7, 500, 513):
+        order = reading_order(n, "spread")
+        assert sorted(order) == list(range(n)), n                    # each document once
+    assert reading_order(5, "sequential") == [0, 1, 2, 3, 4]
+    assert reading_order(500, "spread")[:4] == [0, 250, 125, 375]
+    for k in (8, 13, 32):                                            # any prefix: gaps of at most 2·500/k
+        first = sorted(reading_order(500, "spread")[:k])
+        assert max(np.diff(first + [500])) <= 2 * 500 / k, k
+    docs = [f"doc{i}" for i in range(10)]
+    ids, read = read_documents(docs, lambda t: t.split(), 3, "spread")  # one token + a blank line each
+    assert read == [0, 5, 2] and ids == ["doc0", "doc5", "doc2"]
+    assert read_documents(docs, lambda t: t.split(), 3, "sequential")[1] == [0, 1, 2]
+    with pytest.raises(RidgefillError, match="unknown reading order 'random'"):
+        reading_order(3, "random")
+
+
+def test_calibrate_records_its_reading_order(smollm2, tmp_path):
+    out = tmp_path / "spread.gguf"
+    r = calibrate_cli(smollm2, "-s", "20", "-n", "1024", "-c", "512", "--read-order", "spread", out=out)
+    assert r.returncode == 0, r.stderr
+    assert read_maps(out).extra["calib_read_order"] == "spread"
+    assert "calib_read_order: spread" in run_cli("ridgefill", "info", str(out)).stdout
+    r = calibrate_cli(smollm2, "-s", "20", "--read-order", "random", out=out)
+    assert r.returncode == 2 and "--read-order: invalid choice: 'random'" in r.stderr
+
+
 def test_bad_calibration_input_gives_a_clear_error(smollm2, tmp_path):
     out = tmp_path / "maps.gguf"
     short = tmp_path / "short.txt"

@@ -159,20 +159,29 @@ def test_eval_prompts_never_come_from_the_calibration_text(smollm2, maps20):
     assert not grams(evaluate.windows(ev, text, 512, 4, "brown")) & grams(first)
 
 
-def test_eval_guard_task_reports_verdicts_only(smollm2, guarded20, maps20, tmp_path):
-    out = tmp_path / "g.json"
-    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(guarded20), "--task", "guard", "--lengths", "768",
-                "--tail-tokens", "128", "--prompts", "2", "--domains", "python-code", "--guard-period", "256",
-                "-t", T, "--json", str(out))
-    assert r.returncode == 0, r.stderr[-3000:]
-    g = json.loads(out.read_text())["domains"]["python-code"]["guard@768"]
-    # checks at 4, 260 and 516 (the filled region is [4, 640)) unless one falls back first
-    assert all(p["checks"] == 3 if p["verdict"] == "passed" else p["checks"] >= 1 for p in g["prompts"])
-    assert [p["verdict"] for p in g["prompts"]] == ["fell_back" if s > g["threshold"] else "passed"
-                                                    for s in g["max_scores"]]
-    assert g["fell_back_n"] >= 1 and f"fell back on {g['fell_back_n']}/2 prompts" in r.stdout
-    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "guard", "--lengths", "768",
-                "--tail-tokens", "128", "--prompts", "1", "--domains", "python-code", "-t", T)
-    assert r.returncode == 1 and "has no guard data" in r.stderr, r.stderr[-2000:]
-    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(guarded20), "--task", "guard", "--skip-tokens", "-1")
-    assert r.returncode == 1 and "--skip-tokens must be" in r.stderr, r.stderr[-2000:]
+def test_eval_skips_what_each_map_file_read_in_its_own_reading_order(maps20, tmp_path):
+    """Each map file's documents are skipped in its own reading order (map files older than calib_read_order read
+    the first documents: sequential); with --compare-maps the prompts skip the documents of both files."""
+    from types import SimpleNamespace
+
+    from ridgefill import data, evaluate
+    from ridgefill.calibrate import read_documents
+    from ridgefill.ggufio import read_maps, write_maps
+    m = read_maps(maps20)
+    assert m.extra["calib_read_order"] == "sequential"
+    old, spread_file = tmp_path / "old.gguf", tmp_path / "spread.gguf"
+    m.extra["calib_read_order"] = "spread"                 # the rule reads only the metadata
+    write_maps(spread_file, m)
+    del m.extra["calib_read_order"]
+    write_maps(old, m)
+    corpus, need, order = evaluate.calibration_reading(str(old))
+    assert (corpus, order) == ("brown", "sequential") and evaluate.calibration_reading(str(spread_file))[2] == "spread"
+    docs = [d.text for d in data.corpus("brown")]
+    tok = lambda t: t.split()  # noqa: E731  (any tokenizer: the rule only counts)
+    spread, seq = (read_documents(docs, tok, need, o)[1] for o in ("spread", "sequential"))
+    assert seq == list(range(len(seq))) and set(spread) != set(seq)
+    kept = lambda maps, compare: evaluate.held_out(SimpleNamespace(maps=str(maps), compare=compare, tokens=tok),  # noqa: E731
+                                                   "brown")
+    assert kept(old, {}) == kept(maps20, {}) == "\n\n".join(docs[len(seq):])
+    both = kept(spread_file, {"old": str(old)})
+    assert both == "\n\n".join(t for i, t in enumerate(docs) if i not in set(spread) | set(seq))

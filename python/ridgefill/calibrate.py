@@ -52,6 +52,7 @@ class CalibConfig:
     prior: str | None = None                          # "identity" | "zero"; None: identity for input, zero for kv
     map_kind: str = "input"                           # "input": predict x_l; "kv": K and V of every late layer
     context_tokens: int = 0                           # C: features are h of the token and of its C predecessors
+    read_order: str = "sequential"                    # documents from the first on, or "spread" over the collection
     val_fraction: float = 0.1
     map_type: str = "f32"
     sink_tokens: int = 4
@@ -104,17 +105,39 @@ class LayerInputs:
         return out
 
 
-def read_documents(texts, tokenize, need: int) -> tuple[list[int], int]:
-    """Calibration's reading order: documents in order, each followed by a blank line, until `need` tokens.
-    Returns the token ids and how many documents were read (`ridgefill eval` skips those)."""
+READ_ORDERS = ("sequential", "spread")
+
+
+def reading_order(n: int, order: str) -> list[int]:
+    """The order in which calibration reads n documents.  "sequential": 0, 1, 2, ...  "spread": the base-2
+    van der Corput sequence 0, 1/2, 1/4, 3/4, 1/8, ... scaled to n (each index once), so that the first k
+    documents read are spread over the whole collection, whatever k the token budget turns out to need: a corpus
+    stored genre by genre (Brown) gives every genre its share instead of the first genre all of it."""
+    if order not in READ_ORDERS:
+        raise RidgefillError(f"unknown reading order {order!r}; known: {', '.join(READ_ORDERS)}")
+    if order == "sequential":
+        return list(range(n))
+    bits = max(1, (n - 1).bit_length())          # 2**bits >= n: the scaled sequence visits every index
+    out, seen = [], set()
+    for j in range(1 << bits):
+        i = int(format(j, f"0{bits}b")[::-1], 2) * n >> bits
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
+    return out
+
+
+def read_documents(texts: list[str], tokenize, need: int, order: str = "sequential") -> tuple[list[int], list[int]]:
+    """Calibration's reading: documents in `order` (reading_order), each followed by a blank line, until `need`
+    tokens.  Returns the token ids and the indices of the documents read (`ridgefill eval` skips those)."""
     ids: list[int] = []
-    n_docs = 0
-    for text in texts:
-        ids += tokenize(text + "\n\n")
-        n_docs += 1
+    read: list[int] = []
+    for i in reading_order(len(texts), order):
+        ids += tokenize(texts[i] + "\n\n")
+        read.append(i)
         if len(ids) >= need:
             break
-    return ids, n_docs
+    return ids, read
 
 
 def token_budget(runner: LayerInputs, cfg: CalibConfig) -> list[np.ndarray]:
@@ -128,13 +151,13 @@ def token_budget(runner: LayerInputs, cfg: CalibConfig) -> list[np.ndarray]:
             docs.append(p.read_text(encoding="utf-8", errors="replace"))
         source = ", ".join(str(p) for p in cfg.texts)
     else:
-        docs = (d.text for d in data.corpus(cfg.corpus or "brown"))
+        docs = [d.text for d in data.corpus(cfg.corpus or "brown")]
         source = f"corpus {cfg.corpus or 'brown'}"
     bos = runner.bos
     per_chunk = cfg.ctx - len(bos)
     n_chunks = -(-cfg.tokens // cfg.ctx)
     need = n_chunks * per_chunk
-    ids, _ = read_documents(docs, runner.tokenize, need)
+    ids, _ = read_documents(docs, runner.tokenize, need, cfg.read_order)
     if len(ids) < need:
         raise RidgefillError(f"text too short: --tokens {cfg.tokens} needs {need} text tokens, {source} has {len(ids)}")
     ids_arr = np.asarray(ids[:need], dtype=np.int32)
@@ -207,6 +230,8 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         raise RidgefillError(f"--context-tokens {C!r}: must be in 0..{MAX_CONTEXT_TOKENS}")
     if not 0 <= cfg.val_fraction < 1:
         raise RidgefillError("--val-fraction must be in [0, 1)")
+    if cfg.read_order not in READ_ORDERS:
+        raise RidgefillError(f"--read-order {cfg.read_order!r}: choose one of {', '.join(READ_ORDERS)}")
     if cfg.lam == "auto" and cfg.val_fraction == 0:
         raise RidgefillError("--lambda auto needs held-out tokens: set --val-fraction > 0")
     if cfg.lam != "auto" and not (isinstance(cfg.lam, (int, float)) and cfg.lam >= 0):
@@ -302,7 +327,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
                 calib_tokens=n_train, sink_tokens=cfg.sink_tokens, base_fingerprint=fingerprint(reader),
                 map_type=cfg.map_type, weights={l: W[i] for i, l in enumerate(late)},
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
-                extra={"calib_ctx": cfg.ctx, "val_tokens": val.n,
+                extra={"calib_ctx": cfg.ctx, "val_tokens": val.n, "calib_read_order": cfg.read_order,
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
                 version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data)
     if out_path is not None:

@@ -65,7 +65,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                       tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
                       threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress,
-                      map_kind=args.map_kind, context_tokens=args.context_tokens)
+                      map_kind=args.map_kind, context_tokens=args.context_tokens, read_order=args.read_order)
     m = calibrate(cfg, args.output)
     print(diagnostics_table(m))
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, type=Path, help="map file to write (GGUF)")
     s.add_argument("-n", "--tokens", type=int, default=65536, help="token budget (default 65536)")
     s.add_argument("-c", "--ctx", type=int, default=1024, help="chunk length in tokens (default 1024)")
+    s.add_argument("--read-order", choices=["sequential", "spread"], default="sequential",
+                   help="which documents (corpus) or files (--text) the budget reads: from the first on (default), "
+                        "or spread over all of them")
     s.add_argument("--lambda", dest="ridge_lambda", type=_lambda, default="auto",
                    help="ridge λ relative to trace(HᵀH)/d, or 'auto' (held-out grid search; default)")
     s.add_argument("--map-kind", choices=["input", "kv"], default="input",

@@ -132,11 +132,13 @@ class Evaluator:
         return self.llm.tokenize(text.encode(), add_bos=False, special=False)
 
 
-def calibration_text_tokens(maps_path: str) -> tuple[str, int] | None:
-    """(corpus, text tokens) that `ridgefill calibrate` read for a map file calibrated on a corpus, else None.
+def calibration_reading(maps_path: str) -> tuple[str, int, str] | None:
+    """(corpus, text tokens, reading order) that `ridgefill calibrate` read for a map file calibrated on a corpus,
+    else None.
 
-    Calibration reads the corpus's documents in order into chunks of calib_ctx tokens (BOS + text), fits on
-    calib_tokens rows and holds out val_tokens rows, each chunk without its sink_tokens first rows."""
+    Calibration reads the corpus's documents in its reading order (map files older than the key: sequential) into
+    chunks of calib_ctx tokens (BOS + text), fits on calib_tokens rows and holds out val_tokens rows, each chunk
+    without its sink_tokens first rows."""
     from .ggufio import read_maps
     m = read_maps(maps_path)
     src, ctx, val = m.extra.get("calib_source", ""), m.extra.get("calib_ctx"), m.extra.get("val_tokens")
@@ -144,23 +146,24 @@ def calibration_text_tokens(maps_path: str) -> tuple[str, int] | None:
         return None
     rows_per_chunk = int(ctx) - m.sink_tokens
     n_chunks = -(-(m.calib_tokens + int(val)) // rows_per_chunk)
-    return str(src)[len("corpus:"):], n_chunks * int(ctx)      # BOS included: never too few
+    order = str(m.extra.get("calib_read_order", "sequential"))
+    return str(src)[len("corpus:"):], n_chunks * int(ctx), order     # BOS included: never too few
 
 
 def held_out(ev: "Evaluator", name: str, progress=lambda s: None) -> str:
     """The text of corpus `name` without the documents any of the evaluated map files was calibrated on."""
     from .calibrate import read_documents
-    docs = data.corpus(name)
-    need = max([n for src, n in filter(None, map(calibration_text_tokens, [ev.maps, *ev.compare.values()]))
-                if src == name] or [0])
-    if not need:
+    readings = [r for r in map(calibration_reading, [ev.maps, *ev.compare.values()]) if r and r[0] == name]
+    if not readings:
         return data.text(name)
-    ids, i = read_documents((d.text for d in docs), ev.tokens, need)
-    seen = len(ids)
-    if i >= len(docs):
+    docs = [d.text for d in data.corpus(name)]
+    seen: set[int] = set()
+    for _, need, order in readings:
+        seen.update(read_documents(docs, ev.tokens, need, order)[1])
+    if len(seen) >= len(docs):
         raise RidgefillError(f"{name}: the maps were calibrated on all of it; evaluate on another domain")
-    progress(f"{name}: skipping its first {i} documents ({seen} tokens), which the maps were calibrated on")
-    return "\n\n".join(d.text for d in docs[i:])
+    progress(f"{name}: skipping {len(seen)} of its {len(docs)} documents, which the maps were calibrated on")
+    return "\n\n".join(t for i, t in enumerate(docs) if i not in seen)
 
 
 def domains(cfg: EvalConfig, ev: "Evaluator", progress=lambda s: None) -> dict[str, str]:
