@@ -5,6 +5,7 @@
 # 4K Python source).
 #   scripts/guard_report.sh calibrate 20 15
 #   scripts/guard_report.sh eval 20 15
+#   scripts/guard_report.sh eval-each 15     # the same, one file per domain (guard-TAG-sS-2k-DOMAIN.json)
 #   scripts/guard_report.sh cost 20
 #   scripts/guard_report.sh verdicts 20 15   # the guard's scores alone on a second sample, disjoint from eval's
 #                                            # (Brown and e-mail, 2K and 8K prompts): the margin's validation
@@ -28,6 +29,11 @@ eval)
         "${RF[@]}" eval "$FILE" --maps "$M/$TAG-s$s.gguf" --guard --task kl,longdep --lengths 2048 --tail-tokens 256 \
             --prompts "$PROMPTS" --domains "$DOMAINS" --json "$OUT/guard-$TAG-s$s-2k.json" | tee "$OUT/guard-$TAG-s$s-2k.md"
     done ;;
+eval-each)
+    for s in "$@"; do for d in ${DOMAINS//,/ }; do
+        "${RF[@]}" eval "$FILE" --maps "$M/$TAG-s$s.gguf" --guard --task kl,longdep --lengths 2048 --tail-tokens 256 \
+            --prompts "$PROMPTS" --domains "$d" --json "$OUT/guard-$TAG-s$s-2k-$d.json" > "$OUT/guard-$TAG-s$s-2k-$d.md"
+    done; done ;;
 cost)
     for s in "$@"; do for dl in brown:8192 python-code:4096; do
         d=${dl%:*}
