@@ -56,7 +56,8 @@ readorder)
     for s in "$@"; do
         [ -f "$M/$TAG-s$s-seq.gguf" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 --read-order sequential \
             -o "$M/$TAG-s$s-seq.gguf" --no-progress
-        [ -f "$S/$TAG-s$s.gguf" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 -o "$S/$TAG-s$s.gguf" --no-progress
+        [ -f "$S/$TAG-s$s.gguf" ] || "${RF[@]}" calibrate "$FILE" -s "$s" -n 32768 -c 1024 --read-order spread \
+            -o "$S/$TAG-s$s.gguf" --no-progress
         # Brown in four places (its genres are stored in order) and e-mail
         for spec in brown:0:2048:256:16 brown:300000:2048:256:16 brown:600000:2048:256:16 brown:900000:2048:256:16 \
                     email:900000:2048:256:32; do
@@ -68,12 +69,13 @@ readorder)
                     --json "$OUT/guard-order-$o-$TAG-s$s-$d-$skip-$len.json" > "$OUT/guard-order-$o-$TAG-s$s-$d-$skip-$len.md"
             done
         done
-        # and the tail KL of both map files on the same held-out prompts: press (where sequential read) and fiction
+        # and the tail KL of both map files on the same held-out prompts: press (the genre sequential read) and
+        # cg58-cn13 (belles lettres to fiction)
         for skip in 0 600000; do
             "${RF[@]}" eval "$FILE" --maps "$S/$TAG-s$s.gguf" --compare-maps "$M/$TAG-s$s-seq.gguf" --task kl \
                 --domains brown --skip-tokens $skip --lengths 2048 --tail-tokens 256 --prompts 16 \
                 --json "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.json" > "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.md"
         done
     done ;;
-*) echo "usage: $0 calibrate|eval|cost|verdicts|readorder SPLIT..." >&2; exit 2 ;;
+*) echo "usage: $0 calibrate|eval|eval-each|cost|verdicts|readorder SPLIT..." >&2; exit 2 ;;
 esac
