@@ -21,11 +21,13 @@ def rows(path: str):
 
 
 def main(paths):
+    table = [row for p in paths for row in rows(p)]
+    base = next((kl[0] for _, name, kl, *_ in table if name == "brown"), None)
+    if base is None:
+        sys.exit("guard_table.py: none of the files has Brown, the in-domain reference of the KL ratio")
     print("| split | domain | prompts | tail KL, RidgeFill | tail KL, RidgeFill+guard | KL / in-domain KL | fell back | "
           "key-token ΔNLL, RidgeFill → +guard | largest check score per prompt (median, range) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    table = [row for p in paths for row in rows(p)]
-    base = next(kl[0] for _, name, kl, *_ in table if name == "brown")
     for s, name, kl, kg, g, n, dk, dg in table:
         sc = sorted(g["max_scores"])
         print(f"| {s} | {name} | {n} | {fmt_ci(kl, 3)} | {fmt_ci(kg, 3)} | {kl[0] / base:.1f}× | "
