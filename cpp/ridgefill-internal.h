@@ -64,11 +64,13 @@ struct ridgefill_guard_seq {
     llama_pos origin = -1;         // first position this prompt would fill; -1: none seen yet
     int32_t verdict  = 0;          // 0 not checked yet, 1 passed, 2 fell back (the rest of the prompt is exact)
     int32_t n_checks = 0;
-    float   score = 0.0f, max_score = 0.0f;  // the last check's score, and the largest
+    float   score = 0.0f, max_score = 0.0f;  // the score after the last check (guard_decide), and the largest
     llama_pos fell_back_at = -1;   // first position computed exactly because of the guard
     int32_t window = -1;           // the check being accumulated (index k of origin + k·period)
     int32_t rows   = 0;
-    std::vector<double> num, den;  // per late layer and part: sums of |y_hat - y|^2 and |y|^2 over its rows
+    // per late layer and part: sums of |y_hat - y|^2 and |y|^2 over all canary rows so far, over this check's rows,
+    // over the previous check's
+    std::vector<double> num, den, cur_num, cur_den, prev_num, prev_den;
 };
 
 // Per-context RidgeFill state, set through the C API in ridgefill.h.
@@ -101,7 +103,7 @@ struct ridgefill_context {
     // out-of-distribution guard: on by default for maps that carry its threshold; per-sequence overrides
     bool guard_on = true;
     std::map<llama_seq_id, bool> guard_seq_on;
-    int32_t guard_period = 2048;   // positions between checks after the probe; 0: the probe only
+    int32_t guard_period = 1024;   // positions between checks after the probe; 0: the probe only
     std::map<llama_seq_id, ridgefill_guard_seq> guard;
     std::set<std::pair<llama_seq_id, llama_pos>> canary;  // the canary rows of the current batch
     bool guard_active(llama_seq_id seq) const;

@@ -452,22 +452,38 @@ void ridgefill_memory_changed(const void * memory, llama_seq_id seq, llama_pos p
 
 // ---- the guard's verdict ----------------------------------------------------------------------------
 //
-// A check's score is the mean, over late layers (and for kv maps over K and V), of the canary rows' relative
+// After each check the prompt's score is the mean, over late layers (and for kv maps over K and V), of a relative
 // squared error sum|y_hat - y|^2 / sum|y|^2 divided by the same error on the calibration's held-out text
-// (ridgefill.guard.layer_error): about 1 on text like the calibration text.  Above ridgefill.guard.threshold
-// (or not finite) the rest of the prompt is computed exactly; cells filled before a later check failed stay.
+// (ridgefill.guard.layer_error): about 1 on text like the calibration text.  The error is that of pooled canary
+// rows, the larger of two pools: all of the prompt's so far (the probe's and every check's since: its noise shrinks
+// as checks add up, where each single check would be one more noisy draw against the threshold) and those of the
+// last two checks (so a register change late in a long prompt is not diluted by everything before it).  Above
+// ridgefill.guard.threshold (or not finite) the rest of the prompt is computed exactly; cells filled before a later
+// check failed stay.
 
-static void guard_decide(ridgefill_context & rf, llama_seq_id seq, ridgefill_guard_seq & g, llama_pos next) {
-    const ridgefill_maps & m = *rf.maps;
+static float guard_score(const ridgefill_maps & m, const std::vector<double> & num, const std::vector<double> & den) {
     double sum = 0.0;
     int n = 0;
-    for (size_t k = 0; k < g.num.size(); ++k) {
-        if (g.den[k] > 0.0 && m.guard_error[k] > 0.0f) {
-            sum += g.num[k] / g.den[k] / m.guard_error[k];
+    for (size_t k = 0; k < num.size(); ++k) {
+        if (den[k] > 0.0 && m.guard_error[k] > 0.0f) {
+            sum += num[k] / den[k] / m.guard_error[k];
             ++n;
         }
     }
-    const float score = n > 0 ? (float) (sum / n) : NAN;
+    return n > 0 ? (float) (sum / n) : NAN;
+}
+
+static void guard_decide(ridgefill_context & rf, llama_seq_id seq, ridgefill_guard_seq & g, llama_pos next) {
+    const ridgefill_maps & m = *rf.maps;
+    std::vector<double> num = g.cur_num, den = g.cur_den;   // the last two checks' rows
+    for (size_t k = 0; k < num.size() && !g.prev_num.empty(); ++k) {
+        num[k] += g.prev_num[k];
+        den[k] += g.prev_den[k];
+    }
+    const float all = guard_score(m, g.num, g.den), recent = guard_score(m, num, den);
+    const float score = std::isnan(all) || std::isnan(recent) ? NAN : std::max(all, recent);
+    g.prev_num = g.cur_num;
+    g.prev_den = g.cur_den;
     g.n_checks += 1;
     g.score     = score;
     g.max_score = g.n_checks == 1 || !(score <= g.max_score) ? score : g.max_score;
@@ -508,13 +524,20 @@ static void guard_check(ridgefill_context & rf, const llama_ubatch & ub, const l
             }
             g.window = w;
             g.rows   = 0;
-            g.num.assign((size_t) L * P, 0.0);
-            g.den.assign((size_t) L * P, 0.0);
+            if (g.num.empty()) {  // the prompt's first check; later ones add their rows to the same sums
+                g.num.assign((size_t) L * P, 0.0);
+                g.den.assign((size_t) L * P, 0.0);
+            }
+            g.cur_num.assign((size_t) L * P, 0.0);
+            g.cur_den.assign((size_t) L * P, 0.0);
         }
         for (int i = 0; i < L; ++i) {
             for (int p = 0; p < P; ++p) {
-                g.num[i * P + p] += sums[i][r * 2 * P + 2 * p];
-                g.den[i * P + p] += sums[i][r * 2 * P + 2 * p + 1];
+                const double e = sums[i][r * 2 * P + 2 * p], y = sums[i][r * 2 * P + 2 * p + 1];
+                g.num[i * P + p] += e;
+                g.den[i * P + p] += y;
+                g.cur_num[i * P + p] += e;
+                g.cur_den[i * P + p] += y;
             }
         }
         g.rows += 1;

@@ -80,14 +80,16 @@ LLAMA_API int32_t llama_ridgefill_take_filled(struct llama_context * ctx, llama_
                                               int32_t max_ranges);
 // Out-of-distribution guard (on by default for maps that carry its threshold, ridgefill.guard.*).  For each
 // prompt (counts reset) the first guard_window positions it would fill are computed exactly as a probe, and
-// then guard_window positions every `period` (default 2048; 0: the probe only): on these canary rows the
-// maps' predictions are compared with the exact values.  A check scoring above the threshold (derived at
-// calibration from held-out text) sends the rest of the prompt to the exact path; cells filled before a later
+// then guard_window positions every `period` (default 1024; 0: the probe only): on these canary rows the
+// maps' predictions are compared with the exact values.  After each check the prompt's score is the larger of
+// that of all its canary rows so far and that of the last two checks' rows; a score above the threshold (derived
+// at calibration from held-out text) sends the rest of the prompt to the exact path; cells filled before a later
 // check stay filled.  seq_id -1 sets the default for every sequence (and clears per-sequence settings).
 LLAMA_API int32_t llama_ridgefill_set_guard(struct llama_context * ctx, llama_seq_id seq_id, bool enabled);
 LLAMA_API int32_t llama_ridgefill_set_guard_period(struct llama_context * ctx, int32_t period);
 // The guard's verdict on a sequence's prompt: -1 off (or maps without a threshold), 0 not checked yet,
-// 1 passed, 2 fell back (from *fell_back_at on).  score: the last check's, max_score: the largest; NULLs allowed.
+// 1 passed, 2 fell back (from *fell_back_at on).  score: after the last check, max_score: the largest after
+// any check; NULLs allowed.
 LLAMA_API int32_t llama_ridgefill_guard(const struct llama_context * ctx, llama_seq_id seq_id, float * score,
                                         float * max_score, float * threshold, int32_t * n_checks,
                                         int32_t * fell_back_at);

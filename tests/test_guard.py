@@ -17,6 +17,7 @@ from ridgefill.server import Server
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
 SINK, TAIL, W = 4, 256, guard.WINDOW
+PERIOD = 1024          # the runtime's default guard period
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +58,10 @@ def test_prose_passes_code_falls_back(smollm2, guarded20, texts):
     llm.reset()
     llm.eval(texts["prose"])
     g = llm.guard_result()
-    assert g["guard"] == "passed" and g["checks"] == 1, g        # the probe; the next check would be at 2052
+    assert g["guard"] == "passed" and g["checks"] == 2, g        # the probe at 4 and a check at 4 + PERIOD
     assert g["threshold"] == pytest.approx(read_maps(guarded20).guard.threshold, rel=1e-6)
-    assert llm.ridgefill_counts()[0] == n - SINK - TAIL - W      # the probe's rows are exact
-    assert llm.filled_ranges == [(SINK + W, n - TAIL)]
+    assert llm.ridgefill_counts()[0] == n - SINK - TAIL - 2 * W  # their rows are exact
+    assert llm.filled_ranges == [(SINK + W, SINK + PERIOD), (SINK + PERIOD + W, n - TAIL)]
     llm.reset()
     llm.eval(texts["code"])
     g = llm.guard_result()
@@ -68,28 +69,35 @@ def test_prose_passes_code_falls_back(smollm2, guarded20, texts):
     assert llm.ridgefill_counts()[0] == 0 and llm.filled_ranges == []   # nothing approximate was ever stored
 
 
+def numpy_window_sums(model, maps, toks, starts=(SINK,)) -> tuple[np.ndarray, np.ndarray]:
+    """Σ|ŷ−y|² and Σ|y|² per late layer (and for kv maps K and V) on the rows [start, start+W) of each window,
+    from exact activations: (n_windows, L·P) each."""
+    m = read_maps(maps)
+    C = m.context_tokens
+    acts = LayerInputs(model, [m.split_layer, *m.late_layers], 2048, n_threads()).run(np.asarray(toks))
+    kvw = kvproj.load(GGUFReader(model), m.late_layers) if m.map_kind == "kv" else None
+    num, den = [[] for _ in starts], [[] for _ in starts]
+    for j, start in enumerate(starts):
+        rows = np.arange(start, start + W)
+        f = ridge.context_features(acts[0][:start + W], C, start)
+        for i, l in enumerate(m.late_layers):
+            x, y_hat = acts[1 + i][rows], f @ m.weights[l].T + m.biases[l]
+            if kvw:
+                k, v = kvproj.project(kvw[l], x)
+                dk = m.kv_dims[0]
+                parts = [(y_hat[:, :dk], k.reshape(len(rows), -1)), (y_hat[:, dk:], v)]
+            else:
+                parts = [(y_hat, x)]
+            for a, b in parts:
+                n_, d_ = guard.sums(a[None], b[None])
+                num[j].append(n_[0]), den[j].append(d_[0])
+    return np.array(num), np.array(den)
+
+
 def numpy_probe_score(model, maps, toks) -> float:
     """The probe's score from exact activations: per late layer (and for kv maps K and V) Σ|ŷ−y|²/Σ|y|² on rows
     [sink, sink+W), over the held-out error, averaged."""
-    m = read_maps(maps)
-    C = m.context_tokens
-    acts = LayerInputs(model, [m.split_layer, *m.late_layers], 1024, n_threads()).run(np.asarray(toks))
-    rows = np.arange(SINK, SINK + W)
-    f = ridge.context_features(acts[0][:SINK + W], C, SINK)
-    kvw = kvproj.load(GGUFReader(model), m.late_layers) if m.map_kind == "kv" else None
-    num, den = [], []
-    for i, l in enumerate(m.late_layers):
-        x, y_hat = acts[1 + i][rows], f @ m.weights[l].T + m.biases[l]
-        if kvw:
-            k, v = kvproj.project(kvw[l], x)
-            dk = m.kv_dims[0]
-            parts = [(y_hat[:, :dk], k.reshape(len(rows), -1)), (y_hat[:, dk:], v)]
-        else:
-            parts = [(y_hat, x)]
-        for a, b in parts:
-            n_, d_ = guard.sums(a[None], b[None])
-            num.append(n_[0]), den.append(d_[0])
-    return float(guard.scores(np.array([num]), np.array([den]), m.guard.layer_error)[0])
+    return float(guard.scores(*numpy_window_sums(model, maps, toks), read_maps(maps).guard.layer_error)[0])
 
 
 @pytest.mark.parametrize("which", ["input", "kv-c2", "gemma3"])
@@ -113,6 +121,24 @@ def test_the_runtime_scores_what_numpy_does(which, smollm2, gemma3, guarded20, m
     llm.eval(toks)
     got = llm.guard_result()
     assert got["checks"] == 1 and got["score"] == pytest.approx(want, rel=2e-3)
+
+
+def test_the_checks_pool_their_rows(smollm2, guarded20, texts):
+    """After each check the prompt's score is that of all its canary rows so far (guard.pooled), not the last
+    check's alone.  On prose with a check every 512 rows, the runtime's scores match numpy's pooled ones on the
+    same four windows within 4% (later canaries attend to cells the maps filled in the runtime and to exact ones
+    here: 2.4% apart on this prompt), and are far from the last check's alone (11% apart)."""
+    starts = [SINK + k * 512 for k in range(4)]                   # the probe and three checks before the tail
+    num, den = numpy_window_sums(smollm2, guarded20, texts["prose"], starts)
+    le = read_maps(guarded20).guard.layer_error
+    want, alone = guard.pooled(num, den, le), guard.scores(num, den, le)
+    llm = llama(smollm2, guarded20, guard_period=512)
+    llm.reset()
+    llm.eval(texts["prose"])
+    g = llm.guard_result()
+    assert g["guard"] == "passed" and g["checks"] == 4, g
+    assert g["score"] == pytest.approx(want[-1], rel=0.04) and g["max_score"] == pytest.approx(want.max(), rel=0.04)
+    assert abs(g["score"] - want[-1]) < abs(g["score"] - alone[-1]) / 2, (g, want, alone)   # pooled, not the last
 
 
 def test_guard_off_and_old_files_are_todays_path_bit_for_bit(smollm2, guarded20, texts, tmp_path):
@@ -141,13 +167,20 @@ def test_a_fallback_equals_an_exact_run(smollm2, guarded20, texts):
 
 def test_a_register_change_midway_is_caught_and_the_filled_cells_stay(smollm2, guarded20, texts):
     toks = texts["prose"][:1000] + texts["code"][1:1001]
-    llm = llama(smollm2, guarded20, guard_period=512)               # checks at 4, 516 (prose) and 1028 (code)
+    # checks at 4, 516 (prose), 1028 and 1540 (code): pooled with the prose check before it, the first code check
+    # passes; the last two checks' rows, both code, do not (pooled over all four checks it passed: 1.61 < 1.78)
+    llm = llama(smollm2, guarded20, guard_period=512)
     llm.reset()
     llm.eval(toks)
     g = llm.guard_result()
-    assert g["guard"] == "fell_back" and g["checks"] == 3 and g["fell_back_at"] == SINK + 2 * 512 + W, g
-    assert llm.filled_ranges == [(SINK + W, SINK + 512), (SINK + 512 + W, SINK + 1024)]
-    assert llm.ridgefill_counts()[0] == 2 * (512 - W)
+    assert g["guard"] == "fell_back" and g["checks"] == 4 and g["fell_back_at"] == SINK + 3 * 512 + W, g
+    assert llm.filled_ranges == [(SINK + W, SINK + 512), (SINK + 512 + W, SINK + 1024), (SINK + 1024 + W, SINK + 1536)]
+    assert llm.ridgefill_counts()[0] == 3 * (512 - W)
+    # why the last two checks are a pool of their own: numpy's score over all four checks' rows is under the threshold
+    num, den = numpy_window_sums(smollm2, guarded20, toks, [SINK + k * 512 for k in range(4)])
+    m = read_maps(guarded20).guard
+    over_all = guard.scores(num.sum(0)[None], den.sum(0)[None], m.layer_error)[0]
+    assert over_all < m.threshold < guard.pooled(num, den, m.layer_error)[-1], over_all
 
 
 def test_bad_settings_and_files_are_refused(smollm2, guarded20, tmp_path):
@@ -174,7 +207,7 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
     with Server(smollm2, "-c", "4096", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--metrics",
                 "--ridgefill-maps", str(guarded20), "--ridgefill-tail", str(TAIL)) as srv:
         props = srv.get("/props")["ridgefill"]
-        assert props["guard"] is True and props["guard_period"] == 2048
+        assert props["guard"] is True and props["guard_period"] == PERIOD
         assert props["guard_threshold"] == pytest.approx(read_maps(guarded20).guard.threshold, rel=1e-6)
 
         def timings(prompt, **body):
@@ -184,7 +217,8 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
             return r.json()["timings"]
 
         t = timings(prose)
-        assert t["ridgefill_guard"] == "passed" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL - W
+        assert t["prompt_n"] - TAIL > SINK + PERIOD + W                              # the probe and one check
+        assert t["ridgefill_guard"] == "passed" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL - 2 * W
         assert 0 < t["ridgefill_guard_score"] <= t["ridgefill_guard_threshold"]
         t = timings(code)
         assert t["ridgefill_guard"] == "fell_back" and t["ridgefill_filled_n"] == 0

@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
     s.add_argument("--guard-period", type=int, default=None, metavar="N",
-                   help="with --guard-cost: positions between the guard's checks after the probe (default 2048)")
+                   help="with --guard-cost: positions between the guard's checks after the probe (default 1024)")
     s.add_argument("--json", help="write the results as JSON")
     s.add_argument("--plot", help="write TTFT and speedup against length, or per turn with --chat (PNG)")
     s.set_defaults(func=cmd_bench)
@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs without it), and report how often it falls back")
     s.add_argument("--guard-period", type=int, default=None, metavar="N",
                    help="with --guard or --task guard: positions between the guard's checks after the probe "
-                        "(0: the probe only; default: the runtime's, 2048)")
+                        "(0: the probe only; default: the runtime's, 1024)")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle, splice or guard (the guard's verdicts only) (repeatable or "
                         "comma-separated)")

@@ -52,7 +52,7 @@ class EvalConfig:
     key_gap: float = 1.0
     compare: list[str] = field(default_factory=list)  # other map files of the model, each a mode "maps:<name>"
     guard: bool = False                    # add the mode "guard": RidgeFill with the out-of-distribution guard
-    guard_period: int | None = None        # positions between the guard's checks (None: the runtime's 2048)
+    guard_period: int | None = None        # positions between the guard's checks (None: the runtime's 1024)
     threads: int | None = None
     seed: int = 0
 

@@ -6,8 +6,13 @@ A check is `WINDOW` consecutive prompt rows computed exactly ("canary" rows).  O
     e_lp   = Σ_rows |ŷ − y|² / Σ_rows |y|²         (relative squared error of the check)
     score  = mean_lp  e_lp / ē_lp                  (ē_lp: the same error on all held-out calibration rows)
 
-so a check on text like the calibration text scores about 1.  The threshold comes from the scores of checks on
-held-out calibration windows (RULE below); a prompt whose check scores above it is computed exactly.
+so a check on text like the calibration text scores about 1.  A prompt's checks pool their rows: its score after
+check k is the larger of the score of all its canary rows so far and that of its last RECENT checks' rows (`pooled`).
+The first pool grows no noisier as checks add up (each single check would be one more noisy draw against the
+threshold); the second keeps a register change late in a long prompt from being diluted by all the rows before it.
+The threshold comes from the scores of single checks on held-out calibration windows (RULE below): the probe is
+one check, and per layer a pooled error is a weighted mean of the checks' errors.  A prompt whose score goes above
+it is computed exactly from there.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from .ggufio import Guard
 
 WINDOW = 32            # rows per check
 MARGIN = 1.25          # threshold = MARGIN × the largest held-out check score
+RECENT = 2             # a prompt's score also pools its last RECENT checks alone (cpp/ridgefill-runtime.cpp)
 RULE = f"threshold = {MARGIN:g} x the largest score of {WINDOW}-row checks on held-out calibration windows"
 
 
@@ -29,6 +35,13 @@ def sums(y_hat: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def scores(num: np.ndarray, den: np.ndarray, layer_error: np.ndarray) -> np.ndarray:
     """Check scores from per-window sums num, den: (n_windows, L·P)."""
     return (num / den / layer_error).mean(axis=1)
+
+
+def pooled(num: np.ndarray, den: np.ndarray, layer_error: np.ndarray) -> np.ndarray:
+    """A prompt's score after each of its checks, from the checks' sums num, den: (n_checks, L·P)."""
+    cn, cd = np.cumsum(num, axis=0), np.cumsum(den, axis=0)
+    before = lambda c: np.concatenate([np.zeros_like(c[:RECENT]), c[:-RECENT]])  # noqa: E731  (sums to k-RECENT)
+    return np.maximum(scores(cn, cd, layer_error), scores(cn - before(cn), cd - before(cd), layer_error))
 
 
 def fit(num: np.ndarray, den: np.ndarray) -> Guard:

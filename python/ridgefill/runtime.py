@@ -133,7 +133,7 @@ class Llama(llama_cpp.Llama):
 
     def set_guard(self, enabled: bool, period: int | None = None) -> None:
         """The out-of-distribution guard on or off for the next prompts; period: positions between checks after
-        the probe (0: the probe only; None: unchanged, the runtime's default 2048)."""
+        the probe (0: the probe only; None: unchanged, the runtime's default 1024)."""
         check(lib().llama_ridgefill_set_guard(self.ctx, -1, bool(enabled)))
         if period is not None:
             check(lib().llama_ridgefill_set_guard_period(self.ctx, int(period)))
@@ -141,7 +141,8 @@ class Llama(llama_cpp.Llama):
 
     def guard_result(self) -> dict:
         """The guard's verdict on the last prompt: {"guard": "off" | "unchecked" | "passed" | "fell_back",
-        "score" (the last check's), "max_score", "threshold", "checks", "fell_back_at" (a position, or None)}."""
+        "score" (after the last check: ridgefill.guard.pooled), "max_score" (the largest after any check),
+        "threshold", "checks", "fell_back_at" (a position, or None)}."""
         score, top, thr = ctypes.c_float(), ctypes.c_float(), ctypes.c_float()
         n, at = ctypes.c_int32(), ctypes.c_int32()
         v = lib().llama_ridgefill_guard(self.ctx, SEQ, ctypes.byref(score), ctypes.byref(top), ctypes.byref(thr),
