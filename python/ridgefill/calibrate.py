@@ -318,7 +318,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
             diag = kv_diagnostics(kvw, kv_dims, W, b, val, rows, C)
         else:
             diag = diagnostics(reader, late, W, b, val, rows, C)
-        guard_data = guard_fit(kind, kvw, kv_dims, W, b, windows, C) if len(windows) >= 2 else None
+        guard_data = guard.fit(*guard_sums(kind, kvw, W, b, windows, C)) if len(windows) >= 2 else None
     if kind == "kv":                                               # per layer: the K rows, then the V rows
         dk, dv = kv_dims
         W = np.concatenate([W[0::2, :dk], W[1::2, :dv]], axis=1)
@@ -351,10 +351,10 @@ def kv_targets(kvw: list[kvproj.KVWeights], xs: np.ndarray, width: int) -> np.nd
     return out
 
 
-def guard_fit(kind: str, kvw, kv_dims, W: np.ndarray, b: np.ndarray, windows: np.ndarray, C: int):
-    """The guard's data (ridgefill.guard) from held-out windows (n, WINDOW, C+1+L, d): the maps' error on each
-    window, per late layer and part, as the runtime measures it on canary rows.  W, b as solved: per layer
-    (input), or per target K(s+1), V(s+1), ... (kv)."""
+def guard_sums(kind: str, kvw, W: np.ndarray, b: np.ndarray, windows: np.ndarray, C: int):
+    """The maps' error on each window (n, rows, C+1+L, d), per late layer and part, as the runtime measures it on
+    canary rows: Σ|ŷ−y|², Σ|y|², each (n, L·P).  W, b as solved: per layer (input), or per target K(s+1), V(s+1),
+    ... (kv)."""
     n, w, n_ctx = len(windows), windows.shape[1], C + 1
     f = windows[:, :, :n_ctx].reshape(n * w, -1)
     L = windows.shape[2] - n_ctx
@@ -371,7 +371,7 @@ def guard_fit(kind: str, kvw, kv_dims, W: np.ndarray, b: np.ndarray, windows: np
             width = y.shape[1]
             y_hat = f @ W[t, :width].T.astype(np.float32) + b[t, :width].astype(np.float32)
             num[:, i * P + p], den[:, i * P + p] = guard.sums(y_hat.reshape(n, w, -1), y.reshape(n, w, -1))
-    return guard.fit(num, den)
+    return num, den
 
 
 def diagnostics(reader: GGUFReader, late: list[int], W: np.ndarray, b: np.ndarray,
