@@ -8,7 +8,8 @@ canary rows after the probe attend to cells the maps filled, these rows to exact
 prompts `ridgefill eval --task guard` ran, to show how far that matters.  `rules` applies check rules to stored
 prompts: "largest" (the rule before pooling: fall back when one check scores above the threshold), "all" (the
 score of all canary rows so far, Σnum/Σden per layer) and "runtime" (guard.pooled: the larger of "all" and the
-last two checks' pool).
+last two checks' pool).  (scripts/guard_design.py, the earlier study, compares canary placements threshold-free;
+this replays the runtime's decision against the calibrated threshold.)
 
     python scripts/guard_sim.py collect SmolLM2.gguf --maps M.gguf --domains brown --lengths 8192 \\
         --tail-tokens 1024 --prompts 24 --skip-tokens 560000 -o build/guard-sim/brown-8k.npz
