@@ -54,6 +54,24 @@ def test_one_distribution_owns_llama_cpp_and_satisfies_dependents():
         assert "Would install" not in r.stdout, r.stdout
 
 
+def test_the_wheel_holds_each_library_once():
+    """CMakeLists.txt unversions the libraries: a wheel stores symlinks as copies (3 x 59 MB for ggml-cuda)."""
+    import shutil
+
+    import llama_cpp
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    names = sorted(p.name for p in lib.iterdir() if ".so" in p.name)
+    assert "libllama.so" in names and "libggml.so" in names
+    assert all(n.endswith(".so") for n in names), names  # no libX.so.0 / libX.so.0.25.3 copies
+    if shutil.which("readelf"):  # each links the others by these names, and finds them beside itself
+        for name in names:
+            dyn = subprocess.run(["readelf", "-d", str(lib / name)], capture_output=True, text=True).stdout
+            needed = [line.split("[")[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line]
+            assert f"Library soname: [{name}]" in dyn, (name, dyn)
+            ours = [n for n in needed if n.startswith(("libllama", "libggml", "libmtmd"))]
+            assert all(n in names for n in ours), (name, needed)
+
+
 @pytest.mark.slow
 def test_bindings_and_server_generate_the_same_text(smollm2):
     from llama_cpp import Llama
