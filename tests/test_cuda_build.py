@@ -3,8 +3,9 @@
 Configures the same top-level CMakeLists.txt that `pip install .` uses, then compiles
 our own CUDA sources (cpp/cuda/*.cu, compiled into ggml-cuda) and one small upstream
 ggml-cuda kernel as a toolchain check, and links them into a shared library against the
-fork's ggml-base, cudart and cuBLAS, all of which must be found.  A complete CUDA wheel takes 24.5 minutes on 2 cores for one
-architecture (docs/scale.md), too long for CI beside the tests.
+fork's ggml-base, cudart and cuBLAS, all of which must be found.  A complete CUDA wheel
+takes 24.5 minutes on 2 cores for one architecture (docs/scale.md), too long for CI
+beside the tests.
 """
 import os
 import shutil
