@@ -8,6 +8,7 @@ takes 24.5 minutes on 2 cores for one architecture (docs/scale.md), too long for
 beside the tests.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,14 @@ def test_cuda_configures_and_compiles(tmp_path):
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Including CUDA backend" in r.stdout
+    # what the wheel installs (CMakeLists.txt): one unversioned libggml-cuda.so that looks beside itself and where
+    # PyPI's nvidia-cublas / nvidia-cuda-runtime put their libraries
+    install = (build / "cmake_install.cmake").read_text()
+    assert 'FILES "%s/bin/libggml-cuda.so")' % build in install
+    assert "libggml-cuda.so.0" not in install
+    major = re.search(r"release (\d+)\.", subprocess.run(["nvcc", "--version"], capture_output=True,
+                                                        text=True).stdout).group(1)
+    assert r'NEW_RPATH "\$ORIGIN:\$ORIGIN/../../nvidia/cu%s/lib"' % major in install
     targets = subprocess.run(["ninja", "-C", str(build), "-t", "targets", "all"], capture_output=True,
                              text=True, check=True).stdout
     objects = [line.split(":")[0] for line in targets.splitlines()
