@@ -30,6 +30,7 @@ def test_eval_all_tasks_tiny(smollm2, maps20, tmp_path):
         assert len(lo_mid_hi) == 3
     kl, lo, hi = modes["ridgefill"]["kl"]
     assert 0 < lo <= kl <= hi
+    assert modes["ridgefill"]["kl_prompts"] == pytest.approx([kl])   # one prompt: its mean is the mean
     assert modes["splice-kv"]["kl"][0] < 1e-9 and modes["splice-kv"]["top1"][0] == 1.0   # kv: exact
     nd = res["domains"]["shakespeare"]["needle"]
     assert nd["cells"][0]["hits"]["splice-kv"] == nd["cells"][0]["hits"]["exact"]

@@ -230,9 +230,12 @@ def _summarize(arr: dict, key_gap: float, seed: int) -> dict:
     res = {"tokens": int(len(g)), "key_tokens": int(key.sum()),
            "nll_exact": bootstrap_mean(arr["nll_exact"], g, seed=seed),
            "nll_exact_key": bootstrap_mean(arr["nll_exact"][key], g[key], seed=seed), "modes": {}}
+    _, gi = np.unique(g, return_inverse=True)
+    per_prompt = lambda v: (np.bincount(gi, weights=v) / np.bincount(gi)).tolist()  # noqa: E731
     for m, d in arr["modes"].items():
         res["modes"][m] = {
             "kl": bootstrap_mean(d["kl"], g, seed=seed),
+            "kl_prompts": per_prompt(d["kl"]),              # each prompt's mean over its tail, in prompt order
             "top1": bootstrap_mean(d["top1"], g, seed=seed),
             "nll": bootstrap_mean(d["nll"], g, seed=seed),
             "nll_diff": bootstrap_mean(d["nll"] - arr["nll_exact"], g, seed=seed),
