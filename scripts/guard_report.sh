@@ -9,6 +9,8 @@
 #   scripts/guard_report.sh cost 20
 #   scripts/guard_report.sh verdicts 20 15   # the guard's scores alone on a second sample, disjoint from eval's
 #                                            # (Brown and e-mail, 2K and 8K prompts): the margin's validation
+#   scripts/guard_report.sh reference 15 20  # Brown in four places (its genres are stored in order), tail KL
+#                                            # without and with the guard: the in-domain KL of the corpus as a whole
 #   scripts/guard_report.sh readorder 20     # calibration's reading order: maps of Brown's first documents
 #                                            # (sequential) vs documents spread over it, guard verdicts on the same
 #                                            # prompts (held out from both), checks every 1024
@@ -50,6 +52,13 @@ verdicts)
             --lengths "$len" --tail-tokens "$tail" --prompts "$n" --json "$OUT/guard-verdicts-$TAG-s$s-$d-$len.json" \
             > "$OUT/guard-verdicts-$TAG-s$s-$d-$len.md"
     done; done ;;
+reference)
+    for s in "$@"; do for skip in 0 300000 600000 900000; do
+        f=$OUT/guard-$TAG-s$s-2k-brown-$skip
+        [ "$skip" = 0 ] && f=$OUT/guard-$TAG-s$s-2k-brown-heldout
+        [ -f "$f.json" ] || "${RF[@]}" eval "$FILE" --maps "$M/$TAG-s$s.gguf" --guard --task kl,longdep --domains brown \
+            --skip-tokens "$skip" --lengths 2048 --tail-tokens 256 --prompts 16 --json "$f.json" > "$f.md"
+    done; done ;;
 readorder)
     S=build/maps/guard-spread
     mkdir -p "$S"
@@ -77,5 +86,5 @@ readorder)
                 --json "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.json" > "$OUT/guard-order-kl-$TAG-s$s-brown-$skip-2048.md"
         done
     done ;;
-*) echo "usage: $0 calibrate|eval|eval-each|cost|verdicts|readorder SPLIT..." >&2; exit 2 ;;
+*) echo "usage: $0 calibrate|eval|eval-each|cost|verdicts|reference|readorder SPLIT..." >&2; exit 2 ;;
 esac
