@@ -66,13 +66,14 @@ def main() -> None:
         print(f"{length} tokens: " + ", ".join(f"{m} {int(sum(hits[m][-args.keys:]))}/{args.keys}" for m in modes),
               file=sys.stderr)
     ex = np.asarray(hits["exact"])
+    # needle_rows: the positions [first, end) that "needle exact" adds to the exact rows
     out = {"model": str(model), "maps": args.maps, "split_layer": ev.llm.split_layer, "lengths": lengths,
            "keys_per_length": args.keys, "needle_rows": [sink, sink + n_needle + 1], "domain": args.domain,
            "accuracy": {m: wilson(int(sum(hits[m])), len(hits[m])) for m in modes},
            "diff_from_exact": {m: bootstrap_mean(np.asarray(hits[m]) - ex, np.arange(len(ex)), seed=args.seed)
                                for m in modes[1:]}}
     n = len(ex)
-    print(f"split {out['split_layer']}, {Path(args.maps).stem}, needle at positions {sink}..{sink + n_needle} "
+    print(f"split {out['split_layer']}, {Path(args.maps).stem}, needle at positions {sink}..{sink + n_needle - 1} "
           f"(rows exact in 'needle exact': 0..{sink + n_needle}), {n} keys ({args.lengths} tokens, {args.domain})\n")
     print("| mode | keys found | Δ vs exact |\n|---|---|---|")
     for m in modes:
