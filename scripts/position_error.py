@@ -60,12 +60,7 @@ def main() -> None:
             pos = np.arange(sink, len(h))
             for i, l in enumerate(late):
                 k, v = kvproj.project(kvw[l], acts[1 + i, sink:])
-                y = f @ m.weights[l].T + m.biases[l]
-                if m.map_kind == "kv":
-                    dk = k.shape[1] * k.shape[2]
-                    kh, vh = y[:, :dk].reshape(k.shape), y[:, dk:]
-                else:
-                    kh, vh = kvproj.project(kvw[l], y)
+                kh, vh = kvproj.predicted(kvw[l], m.map_kind, m.weights[l], m.biases[l], f)
                 for b in range(len(edges) - 1):
                     sel = (pos >= edges[b]) & (pos < edges[b + 1])
                     if sel.any():

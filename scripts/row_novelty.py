@@ -87,11 +87,7 @@ def main() -> None:
         sse, ss = np.zeros(len(filled)), np.zeros(len(filled))
         for i, l in enumerate(late):
             k, _ = kvproj.project(kvw[l], acts[1 + i, filled])
-            y = f.astype(np.float32) @ m.weights[l].T + m.biases[l]
-            if m.map_kind == "kv":
-                kh = y[:, :k.shape[1] * k.shape[2]].reshape(k.shape)
-            else:
-                kh, _ = kvproj.project(kvw[l], y)
+            kh, _ = kvproj.predicted(kvw[l], m.map_kind, m.weights[l], m.biases[l], f)
             rel = ((kh - k) ** 2).sum((1, 2)) / np.maximum((k ** 2).sum((1, 2)), 1e-30)
             sse += rel
         err = np.sqrt(sse / len(late))                      # per row: rms over layers of the relative key error

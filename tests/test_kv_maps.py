@@ -6,6 +6,7 @@ from conftest import _calibrated, logits_last, n_threads
 from gguf import GGUFReader
 
 import ridgefill
+from ridgefill import kvproj
 from ridgefill._lib import lib
 from ridgefill.errors import RidgefillError
 from ridgefill.ggufio import copy_gguf, read_maps
@@ -49,6 +50,13 @@ def test_kv_maps_with_context_predict_what_numpy_does(smollm2, maps_kv20, prose_
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
         without = features(h, slice(4, n - 1), 0) @ m.weights[l][:, :576].T + m.biases[l]
         assert not np.allclose(got, without, atol=1e-2 * np.abs(want).max())  # the predecessors count
+    # the measuring scripts' K/V of a map file (kvproj.predicted) are the runtime's
+    kvw = kvproj.load(GGUFReader(str(smollm2)), list(pred))
+    for l, got in pred.items():
+        k, v = kvproj.predicted(kvw[l], m.map_kind, m.weights[l], m.biases[l], f)
+        assert k.shape == (n - 5, 3, 64)
+        np.testing.assert_allclose(np.concatenate([k.reshape(n - 5, -1), v], 1), got, rtol=1e-3,
+                                   atol=1e-4 * np.abs(got).max())
 
 
 def test_context_features_do_not_depend_on_where_the_prompt_is_cut(smollm2, maps_kv20, prose_tokens):

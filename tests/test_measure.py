@@ -1,10 +1,11 @@
 """The measuring instruments end to end at tiny sizes: eval, bench (--plot, --server), sweep."""
 import json
 
+import numpy as np
 import pytest
 from conftest import n_threads, run_cli
 
-from ridgefill.evaluate import EvalConfig, Evaluator, needle_prompt
+from ridgefill.evaluate import EvalConfig, Evaluator, _summarize, needle_prompt
 from ridgefill.server import Server
 from ridgefill.sweep import frontier, recommend
 
@@ -37,6 +38,15 @@ def test_eval_all_tasks_tiny(smollm2, maps20, tmp_path):
     assert set(nd["accuracy"]) == {"exact", "ridgefill", "splice-k", "splice-v", "splice-kscale", "splice-kv"}
     assert nd["diff_from_exact"]["splice-kv"][0] == 0
     assert png.stat().st_size > 10_000
+
+
+def test_kl_per_prompt_follows_the_prompt_order():
+    """eval --json's kl_prompts: each prompt's mean tail KL, in prompt order (that of the guard's verdicts)."""
+    g = np.array([0, 0, 1, 1, 1, 2])
+    kl = np.array([1.0, 3.0, 0.5, 0.5, 2.0, 7.0])
+    arr = {"group": g, "nll_exact": np.zeros(6), "nll_tail_only": np.zeros(6),
+           "modes": {"ridgefill": {"kl": kl, "top1": np.ones(6), "nll": np.zeros(6)}}, "guard": []}
+    assert _summarize(arr, 1.0, 0)["modes"]["ridgefill"]["kl_prompts"] == pytest.approx([2.0, 1.0, 7.0])
 
 
 def test_eval_on_the_users_text(smollm2, maps20, tmp_path):

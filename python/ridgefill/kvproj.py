@@ -64,6 +64,16 @@ def project(w: KVWeights, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return k, v
 
 
+def predicted(w: KVWeights, map_kind: str, W: np.ndarray, b: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The K/V one layer's map (W, b as stored in a map file) gives for features f (n, D): kv maps predict them
+    directly (the K heads, then V), input maps predict the layer input, which goes through the projections."""
+    y = f.astype(np.float32) @ W.T + b
+    if map_kind != "kv":
+        return project(w, y)
+    dk = w.wk.shape[0]
+    return y[:, :dk].reshape(len(f), w.n_head_kv, -1), y[:, dk:]
+
+
 def kv_errors(w: KVWeights, x_hat: np.ndarray, x: np.ndarray) -> tuple[float, float, float]:
     """(‖k̂−k‖/‖k‖, ‖v̂−v‖/‖v‖, mean over tokens and heads of ‖k̂_h‖/‖k_h‖)."""
     kh, vh = project(w, x_hat)
