@@ -1,0 +1,546 @@
+#!/usr/bin/env python3
+"""RidgeFill's fill replayed in numpy from exact activations: try map variants before the runtime has them.
+
+The runtime fills the cache of every late layer l > s for the rows between the sink and the tail from maps, and
+then runs the tail exactly over that cache.  Given the exact inputs of every layer for a prompt (captured once
+through the fork), the tail's forward from the split layer on is cheap to redo in numpy for any set of filled K/V:
+this script does that for llama-architecture models (SmolLM2) and reports, per map variant, the two measures that
+decide a setting — tail KL(exact‖variant) and pass-key retrieval (teacher-forced: every answer token must be the
+greedy choice) — on the same prompts.  Variants are fitted here from a calibration pass like `ridgefill calibrate`'s
+(same text, chunks, sink and held-out λ), so features the runtime cannot use yet can be compared with ones it can.
+
+The numpy forward is checked against the fork: with exact K/V it reproduces the captured tail inputs of every
+layer (relative error printed as `check`), so the KL here measures the fill, not numpy-vs-ggml arithmetic.
+
+    python scripts/fill_sim.py SmolLM2.gguf --split-layer 15 --variants input-c0,input-c1 --prompts 16
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from ridgefill import calibrate, data, evaluate, kvproj, ridge  # noqa: E402
+from ridgefill.ggufio import field_value, read_maps  # noqa: E402
+from ridgefill.stats import bootstrap_mean, fmt_ci, wilson  # noqa: E402
+
+
+# ---- the model in numpy (llama architecture) ----------------------------------------------------------------
+
+def _rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+@dataclass
+class Layer:
+    attn_norm: np.ndarray
+    wq: np.ndarray
+    wk: np.ndarray
+    wv: np.ndarray
+    wo: np.ndarray
+    ffn_norm: np.ndarray
+    gate: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+
+
+class NumpyLlama:
+    """The layers of a llama-architecture GGUF in float32 numpy, enough to run rows from layer s to the logits."""
+
+    def __init__(self, path: str):
+        r = GGUFReader(path)
+        arch = field_value(r, "general.architecture")
+        if arch != "llama":
+            raise SystemExit(f"fill_sim.py runs llama-architecture models, not {arch}")
+        self.n_layer = int(field_value(r, "llama.block_count"))
+        self.n_head = int(field_value(r, "llama.attention.head_count"))
+        self.n_kv = int(field_value(r, "llama.attention.head_count_kv"))
+        self.eps = float(field_value(r, "llama.attention.layer_norm_rms_epsilon"))
+        self.base = float(field_value(r, "llama.rope.freq_base", 10000.0))
+        t = {x.name: x for x in r.tensors}
+
+        def get(name):
+            x = t[name]
+            return dequantize(x.data, x.tensor_type).astype(np.float32)
+
+        self.layers = [Layer(*(get(f"blk.{l}.{n}.weight") for n in
+                               ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+                                "ffn_up", "ffn_down"))) for l in range(self.n_layer)]
+        self.d = self.layers[0].wq.shape[1]
+        self.hd = self.layers[0].wq.shape[0] // self.n_head
+        self.out_norm = get("output_norm.weight")
+        self.out = get("output.weight") if "output.weight" in t else get("token_embd.weight")
+
+    def kv(self, l: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pre-RoPE K (n, n_kv, hd) and V (n, n_kv, hd) of layer l for inputs x (n, d)."""
+        L = self.layers[l]
+        xn = _rms(x, L.attn_norm, self.eps)
+        return (xn @ L.wk.T).reshape(len(x), self.n_kv, self.hd), (xn @ L.wv.T).reshape(len(x), self.n_kv, self.hd)
+
+    def rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """llama.cpp's NORM rotation (pairs 2i, 2i+1) of x (n, heads, hd) at positions pos (n,)."""
+        inv = self.base ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+        ang = pos[:, None].astype(np.float64) * inv[None, :]
+        c, s = np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
+        return out
+
+    def attn(self, l: int, x: np.ndarray) -> np.ndarray:
+        """Layer l's attention output (after the output projection) for every row of one sequence x (n, d)."""
+        L, n, g = self.layers[l], len(x), self.n_head // self.n_kv
+        xn = _rms(x, L.attn_norm, self.eps)
+        pos = np.arange(n)
+        q = self.rope((xn @ L.wq.T).reshape(n, self.n_head, self.hd), pos)
+        k = self.rope((xn @ L.wk.T).reshape(n, self.n_kv, self.hd), pos)
+        v = (xn @ L.wv.T).reshape(n, self.n_kv, self.hd)
+        mask = np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
+        o = np.empty((n, self.n_head, self.hd), dtype=np.float32)
+        for h in range(self.n_head):
+            sc = (q[:, h] @ k[:, h // g].T) / np.sqrt(self.hd) + mask
+            p = np.exp(sc - sc.max(1, keepdims=True))
+            o[:, h] = (p / p.sum(1, keepdims=True)) @ v[:, h // g]
+        return o.reshape(n, -1) @ L.wo.T
+
+    def tail(self, s: int, h_tail: np.ndarray, start: int, prefix: list[tuple[np.ndarray, np.ndarray]],
+             hidden: dict[int, slice] | None = None):
+        """Run the tail rows (inputs h_tail of layer s, positions start..) through layers s.. over a cache whose
+        rows 0..start-1 are prefix[l - s] = (K, V) pre-RoPE; hidden[l]: cache rows the tail does not see in
+        layer l.  Returns the tail's logits and its layer inputs."""
+        x, T = h_tail.astype(np.float32), len(h_tail)
+        pos_all = np.arange(start + T)
+        g = self.n_head // self.n_kv
+        mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
+        inputs = []
+        for i, l in enumerate(range(s, self.n_layer)):
+            inputs.append(x)
+            L = self.layers[l]
+            xn = _rms(x, L.attn_norm, self.eps)
+            q = self.rope((xn @ L.wq.T).reshape(T, self.n_head, self.hd), pos_all[start:])
+            k_t, v_t = (xn @ L.wk.T).reshape(T, self.n_kv, self.hd), (xn @ L.wv.T).reshape(T, self.n_kv, self.hd)
+            K = self.rope(np.concatenate([prefix[i][0], k_t]), pos_all)
+            V = np.concatenate([prefix[i][1], v_t])
+            o = np.empty((T, self.n_head, self.hd), dtype=np.float32)
+            for h in range(self.n_head):
+                sc = (q[:, h] @ K[:, h // g].T) / np.sqrt(self.hd)
+                sc[:, start:] += mask
+                if hidden and l in hidden:
+                    sc[:, hidden[l]] = -np.inf
+                sc -= sc.max(1, keepdims=True)
+                p = np.exp(sc)
+                p /= p.sum(1, keepdims=True)
+                o[:, h] = p @ V[:, h // g]
+            x = x + o.reshape(T, -1) @ L.wo.T
+            xn = _rms(x, L.ffn_norm, self.eps)
+            a = xn @ L.gate.T
+            x = x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
+        return _rms(x, self.out_norm, self.eps) @ self.out.T, inputs
+
+
+# ---- map variants ----------------------------------------------------------------------------------------
+
+@dataclass
+class Variant:
+    """A map variant: kind "input" (x̂_l = W f + b, then the layer's projections) or "kv" (K̂, V̂ = W f + b)."""
+    name: str
+    kind: str
+    C: int
+    W: list | None = None           # per late layer (input), or per target K(s+1), V(s+1), ... (kv)
+    b: list | None = None
+    base: "Variant | None" = None   # a modified variant ("BASE@k17+v18+m19") fills as its base, then:
+    exact_k: frozenset = frozenset()    # layers whose filled rows get their exact K
+    exact_v: frozenset = frozenset()    # ... their exact V
+    hidden: frozenset = frozenset()     # layers whose filled rows the tail does not see (masked out)
+    mix: int = 0                    # > 0: a mixture of maps, one per cluster of the split state ("mix8-input-c1")
+    gate: tuple | None = None       # (mean, scale, projection, centroids) that route a row to its cluster
+    Wc: list | None = None          # per cluster: [W per target], [b per target]
+    bc: list | None = None
+    budget: int | None = None       # calibration tokens it is fitted on (None: all that were read)
+    clamp: bool = False             # kv: each predicted K and V head's norm clamped to its largest in calibration
+    norm_max: list | None = None    # per target: (n_kv,) largest head norm on the calibration rows
+
+    def features(self, h: np.ndarray, start: int) -> np.ndarray:
+        return ridge.context_features(h, self.C, start)
+
+    def cluster(self, h: np.ndarray) -> np.ndarray:
+        mu, sd, P, cent = self.gate
+        z = ((h - mu) / sd) @ P
+        return (z @ cent.T - 0.5 * (cent * cent).sum(1)).argmax(1)
+
+    def predict(self, i: int, f: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """Target i's prediction for features f of rows whose split states are h."""
+        if not self.mix:
+            return f @ self.W[i].T + self.b[i]
+        c = self.cluster(h)
+        out = np.empty((len(f), self.Wc[0][i].shape[0]), dtype=np.float32)
+        for k in range(self.mix):
+            sel = c == k
+            if sel.any():
+                out[sel] = f[sel] @ self.Wc[k][i].T + self.bc[k][i]
+        return out
+
+    def fill(self, model: NumpyLlama, s: int, h: np.ndarray, lo: int, hi: int):
+        """Predicted pre-RoPE (K, V) of every late layer for rows lo..hi-1 of a prompt with split inputs h."""
+        f = self.features(h[:hi], lo).astype(np.float32)
+        hr = h[lo:hi]
+        out = []
+        for i, l in enumerate(range(s + 1, model.n_layer)):
+            if self.kind == "input":
+                out.append(model.kv(l, self.predict(i, f, hr)))
+            else:
+                shape = (len(f), model.n_kv, model.hd)
+                kv = [self.predict(2 * i + p, f, hr).reshape(shape) for p in (0, 1)]
+                if self.clamp:
+                    for p in (0, 1):
+                        norms = np.linalg.norm(kv[p], axis=-1, keepdims=True)
+                        kv[p] = kv[p] * np.minimum(1.0, self.norm_max[2 * i + p][None, :, None] /
+                                                   np.maximum(norms, 1e-30))
+                out.append(tuple(kv))
+        return out
+
+
+def parse_variants(specs: list[str]) -> list[Variant]:
+    """"input-c1", "kv-c0", "PATH.gguf", or a modified one "BASE@k17+v18+kv19+m20": BASE with exact K (k), exact
+    V (v), both (kv) in some late layers, or their filled rows hidden from the tail (m); BASE is fitted once."""
+    out, bases = [], {}
+    for spec in specs:
+        base_spec, _, mods = spec.partition("@")
+        if base_spec not in bases:
+            bases[base_spec] = parse_variant(base_spec)
+        if not mods:
+            out.append(bases[base_spec])
+            continue
+        sets = {"k": set(), "v": set(), "m": set()}
+        for m in mods.split("+"):
+            what, layers = m.rstrip("0123456789-"), m.lstrip("kvm")
+            lo, _, hi = layers.partition("-")
+            ls = range(int(lo), int(hi or lo) + 1)
+            for w in ("k", "v") if what == "kv" else (what,):
+                sets[w].update(ls)
+        b = bases[base_spec]
+        out.append(Variant(spec, b.kind, b.C, base=b, exact_k=frozenset(sets["k"]), exact_v=frozenset(sets["v"]),
+                           hidden=frozenset(sets["m"])))
+    return out, list(bases.values())
+
+
+def parse_variant(spec: str) -> Variant:
+    if spec.endswith(".gguf"):                      # a map file from `ridgefill calibrate`, as the runtime has it
+        m = read_maps(spec)
+        late = m.late_layers
+        if m.map_kind == "input":
+            W, b = [m.weights[l] for l in late], [m.biases[l] for l in late]
+        else:
+            dk = m.kv_dims[0]
+            W = [w for l in late for w in (m.weights[l][:dk], m.weights[l][dk:])]
+            b = [x for l in late for x in (m.biases[l][:dk], m.biases[l][dk:])]
+        return Variant(Path(spec).stem, m.map_kind, m.context_tokens, W, b)
+    budget = None
+    if spec.endswith("~clamp"):                     # "kv-c1~clamp": K/V head norms clamped to the calibrated range
+        v = parse_variant(spec[:-len("~clamp")])
+        v.name, v.clamp = spec, True
+        return v
+    if "#" in spec:                                 # "input-c0#65536": fitted on the first 65536 calibration tokens
+        spec_base, n = spec.split("#")
+        v = parse_variant(spec_base)
+        v.name, v.budget = spec, int(n)
+        return v
+    mix = 0
+    rest = spec
+    if spec.startswith("mix"):
+        m, rest = spec[3:].split("-", 1)
+        mix = int(m)
+    kind, c = rest.rsplit("-c", 1)
+    if kind not in ("input", "kv"):
+        raise SystemExit(f"unknown variant {spec!r}: input-cN, kv-cN, mixM-input-cN")
+    return Variant(spec, kind, int(c), mix=mix, budget=budget)
+
+
+def kv_targets(model: NumpyLlama, s: int, xs: np.ndarray) -> np.ndarray:
+    """(2L, n, n_kv·hd): K(s+1), V(s+1), ... of late-layer inputs xs (L, n, d)."""
+    out = []
+    for i, l in enumerate(range(s + 1, model.n_layer)):
+        k, v = model.kv(l, xs[i])
+        out += [k.reshape(len(k), -1), v.reshape(len(v), -1)]
+    return np.stack(out)
+
+
+def fit(variants: list[Variant], model: NumpyLlama, s: int, chunks: list[np.ndarray], is_val: np.ndarray,
+        sink: int) -> None:
+    """Closed-form ridge per variant, λ per target chosen on the held-out chunks (as `ridgefill calibrate`)."""
+    all_chunks, all_val = chunks, is_val
+    for v in variants:
+        if v.W is not None:
+            continue
+        if v.budget:                    # the first chunks of the reading, held out as calibrate would
+            chunks = all_chunks[:-(-v.budget // all_chunks[0].shape[1])]
+            is_val = calibrate.val_chunks(len(chunks), 0.1)
+        else:
+            chunks, is_val = all_chunks, all_val
+        t0 = time.time()
+        L = model.n_layer - s - 1
+        D = (v.C + 1) * model.d
+        dt = model.d if v.kind == "input" else model.n_kv * model.hd
+        nt = L if v.kind == "input" else 2 * L
+        train, val = ridge.Moments(D, nt, dt), ridge.Moments(D, nt, dt)
+        norm_max = np.zeros((nt, model.n_kv))
+        for acts, held in zip(chunks, is_val):
+            f = v.features(acts[0], sink)
+            xs = acts[1:, sink:]
+            ys = xs if v.kind == "input" else kv_targets(model, s, xs)
+            (val if held else train).add(f, ys)
+            if v.kind == "kv" and not held:
+                heads = np.linalg.norm(ys[:, :, :model.n_kv * model.hd].reshape(nt, len(f), model.n_kv, -1), axis=-1)
+                norm_max = np.maximum(norm_max, heads.max(1))
+        v.norm_max = list(norm_max.astype(np.float32))
+        prior = "identity" if v.kind == "input" else "zero"
+        lams, _ = ridge.pick_lambda(train, val, prior)
+        W, b = ridge.solve(train, lams, prior, dtype=np.float32)
+        v.W, v.b = list(W), [x.astype(np.float32) for x in b]
+        print(f"fit {v.name}: {time.time() - t0:.0f}s, λ {np.unique(lams).tolist()}", file=sys.stderr)
+        if v.mix:
+            fit_mixture(v, model, s, chunks, is_val, sink, train.n)
+
+
+def kmeans(z: np.ndarray, k: int, iters: int = 30, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    cent = z[rng.choice(len(z), k, replace=False)]
+    for _ in range(iters):
+        a = (z @ cent.T - 0.5 * (cent * cent).sum(1)).argmax(1)
+        for j in range(k):
+            if (a == j).any():
+                cent[j] = z[a == j].mean(0)
+    return cent
+
+
+def fit_mixture(v: Variant, model: NumpyLlama, s: int, chunks, is_val, sink: int, n_train: int,
+                grid=(1e-2, 1e-1, 1.0, 10.0)) -> None:
+    """One map per cluster of the split state (k-means on its 64 leading standardised principal components),
+    each ridge-shrunk toward the global map with a λ per cluster and target chosen on the held-out chunks."""
+    t0 = time.time()
+    H = np.concatenate([a[0, sink:] for a, held in zip(chunks, is_val) if not held])
+    mu, sd = H.mean(0), H.std(0) + 1e-6
+    Z = (H - mu) / sd
+    _, _, Vt = np.linalg.svd(Z[:: max(1, len(Z) // 8192)], full_matrices=False)
+    P = Vt[:64].T.astype(np.float32)
+    cent = kmeans((Z @ P).astype(np.float32), v.mix)
+    v.gate = (mu.astype(np.float32), sd.astype(np.float32), P, cent)
+    nt, D = len(v.W), v.W[0].shape[1]
+    dt = v.W[0].shape[0]
+    mom = [(ridge.Moments(D, nt, dt), ridge.Moments(D, nt, dt)) for _ in range(v.mix)]
+    for acts, held in zip(chunks, is_val):
+        f = v.features(acts[0], sink)
+        xs = acts[1:, sink:]
+        ys = xs if v.kind == "input" else kv_targets(model, s, xs)
+        c = v.cluster(acts[0, sink:])
+        for k in range(v.mix):
+            sel = c == k
+            if sel.any():
+                mom[k][1 if held else 0].add(f[sel], ys[:, sel])
+    v.Wc, v.bc = [], []
+    Wg = np.stack(v.W).astype(np.float64)
+    sizes = []
+    for k, (tr, va) in enumerate(mom):
+        sizes.append(tr.n)
+        best = [None] * nt
+        for lam in grid:
+            for i, W, b in solve_toward(tr, lam, Wg, np.stack(v.b)):
+                e = ridge.sse_layer(va, i, W, b) if va.n else 0.0
+                if best[i] is None or e < best[i][0]:
+                    best[i] = (e, W.astype(np.float32), b.astype(np.float32))
+            if not va.n:
+                break
+        v.Wc.append([x[1] for x in best])
+        v.bc.append([x[2] for x in best])
+    print(f"fit {v.name} mixture: {time.time() - t0:.0f}s, cluster sizes {sizes}", file=sys.stderr)
+
+
+def solve_toward(m: ridge.Moments, lam_rel: float, Wp: np.ndarray, bp: np.ndarray):
+    """Ridge toward a prior map: min Σ|y − W f − b|² + λ|W − Wp|² per target; yields (i, W, b)."""
+    import scipy.linalg
+    if m.n < 2:
+        for i in range(m.L):
+            yield i, Wp[i], bp[i]
+        return
+    mu_f, mu_y = m.sh / m.n, m.sx / m.n
+    A = m.shh - m.n * np.outer(mu_f, mu_f)
+    lam = lam_rel * max(np.trace(A) / m.d, 1e-12)
+    A[np.diag_indices(m.d)] += lam
+    chol = scipy.linalg.cho_factor(A)
+    for i in range(m.L):
+        rhs = m.shx[i] - m.n * np.outer(mu_f, mu_y[i]) + lam * Wp[i].T
+        W = scipy.linalg.cho_solve(chol, rhs).T
+        yield i, W, mu_y[i] - W @ mu_f
+
+
+# ---- prompts ------------------------------------------------------------------------------------------------
+
+def capture(runner: calibrate.LayerInputs, toks: list[int]) -> np.ndarray:
+    return runner.run(np.asarray(toks, dtype=np.int32))
+
+
+def kl_prompts(runner, text: str, length: int, count: int, skip: int = 0) -> list[list[int]]:
+    need = skip + count * (length - len(runner.bos))
+    toks = runner.tokenize(text[: need * 8])[skip:]
+    n = length - len(runner.bos)
+    step = max(1, (len(toks) - n) // max(1, count - 1))
+    return [runner.bos + toks[i * step:i * step + n] for i in range(count)]
+
+
+def needle_prompts(runner, text: str, length: int, tail: int, sink: int, depths: list[float], per_depth: int,
+                   seed: int) -> list[tuple[list[int], int, int]]:
+    """(tokens, needle position, answer length): evaluate's needle prompt of `length` tokens followed by the
+    answer's tokens (teacher forcing: the tail grows by the answer, the filled region is eval's)."""
+    rng = random.Random(seed)
+    hay_all = runner.tokenize(text[: (length + 2000 * per_depth) * 8])
+    out = []
+    for depth in depths:
+        for _ in range(per_depth):
+            key = str(rng.randrange(10000, 100000))
+            off = rng.randrange(0, max(1, len(hay_all) - length))
+            nd, q = runner.tokenize(evaluate.NEEDLE.format(key=key)), runner.tokenize(evaluate.QUESTION)
+            ans = runner.tokenize(" " + key)
+            n_hay = length - len(runner.bos) - len(nd) - len(q)
+            lo, hi = sink, length - tail - len(nd)
+            pos = lo + round(depth * (hi - lo))
+            at = pos - len(runner.bos)
+            hay = hay_all[off:]
+            out.append((runner.bos + hay[:at] + nd + hay[at:n_hay] + q + ans, pos, len(ans)))
+    return out
+
+
+def run_prompt(model: NumpyLlama, s: int, acts: np.ndarray, tail: int, sink: int, variants: list[Variant]):
+    """Tail logits exact and per variant for one prompt; acts (n_layer, n, d) are its exact layer inputs."""
+    n = acts.shape[1]
+    start = n - tail
+    exact_prefix = [model.kv(l, acts[l, :start]) for l in range(s, model.n_layer)]
+    logits_ex, inputs = model.tail(s, acts[s, start:], start, exact_prefix)
+    check = max(float(np.linalg.norm(x - acts[s + i, start:]) / np.linalg.norm(acts[s + i, start:]))
+                for i, x in enumerate(inputs))
+    out, fills = {}, {}
+    for v in variants:
+        b = v.base or v
+        if b.name not in fills:
+            fills[b.name] = b.fill(model, s, acts[s], sink, start)
+        prefix = [exact_prefix[0]]
+        for i, ((ek, ev), (fk, fv)) in enumerate(zip(exact_prefix[1:], fills[b.name])):
+            l = s + 1 + i
+            prefix.append((np.concatenate([ek[:sink], ek[sink:] if l in v.exact_k else fk]),
+                           np.concatenate([ev[:sink], ev[sink:] if l in v.exact_v else fv])))
+        hidden = {l: slice(sink, start) for l in v.hidden}
+        out[v.name] = model.tail(s, acts[s, start:], start, prefix, hidden)[0]
+    return logits_ex, out, check
+
+
+def held_out(runner, name: str, calib_tokens: int, ctx: int) -> str:
+    """The domain's text; for the calibration corpus (Brown) without the documents calibration read."""
+    if name != "brown":
+        return data.text(name)
+    docs = [d.text for d in data.corpus(name)]
+    need = -(-calib_tokens // ctx) * ctx
+    seen = set(calibrate.read_documents(docs, runner.tokenize, need)[1])
+    return "\n\n".join(t for i, t in enumerate(docs) if i not in seen)
+
+
+def log_softmax(x):
+    x = x.astype(np.float64) - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--split-layer", "-s", type=int, default=15)
+    ap.add_argument("--variants", default="input-c0,input-c1")
+    ap.add_argument("--calib-tokens", type=int, default=32768,
+                    help="calibration tokens read (variants NAME#N fit on the first N of them)")
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--sink-tokens", type=int, default=4)
+    ap.add_argument("--length", type=int, default=2048)
+    ap.add_argument("--tail-tokens", type=int, default=256)
+    ap.add_argument("--prompts", type=int, default=16, help="KL prompts per domain")
+    ap.add_argument("--domains", default="shakespeare")
+    ap.add_argument("--needle-per-depth", type=int, default=4)
+    ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    s, sink, T = args.split_layer, args.sink_tokens, args.tail_tokens
+    model = NumpyLlama(args.model)
+    variants, bases = parse_variants(args.variants.split(","))
+    threads = os.cpu_count()
+
+    if any(b.W is None for b in bases):
+        runner = calibrate.LayerInputs(Path(args.model), list(range(s, model.n_layer)), args.ctx, threads)
+        cfg = calibrate.CalibConfig(model=Path(args.model), split_layer=s, tokens=args.calib_tokens, ctx=args.ctx)
+        chunks = [runner.run(c) for c in calibrate.token_budget(runner, cfg)]
+        is_val = calibrate.val_chunks(len(chunks), 0.1)
+        fit(bases, model, s, chunks, is_val, sink)
+        del chunks, runner
+
+    runner = calibrate.LayerInputs(Path(args.model), list(range(model.n_layer)), args.length + 16, threads)
+    result = {"split_layer": s, "length": args.length, "tail_tokens": T, "variants": [v.name for v in variants],
+              "kl": {}, "needle": {}}
+    checks = []
+    for dom in args.domains.split(","):
+        text = held_out(runner, dom, args.calib_tokens, args.ctx)
+        per = {v.name: [] for v in variants}
+        for toks in kl_prompts(runner, text, args.length, args.prompts):
+            acts = capture(runner, toks)
+            ex, got, check = run_prompt(model, s, acts, T, sink, variants)
+            checks.append(check)
+            lp = log_softmax(ex)
+            for name, lg in got.items():
+                per[name].append(float((np.exp(lp) * (lp - log_softmax(lg))).sum(-1).mean()))
+        result["kl"][dom] = per
+        print(f"{dom}: " + ", ".join(f"{k} KL {np.mean(x):.4f}" for k, x in per.items()), file=sys.stderr)
+
+    depths = [float(x) for x in args.depths.split(",")]
+    hits = {m: [] for m in ["exact", *[v.name for v in variants]]}
+    logp = {m: [] for m in hits}                   # log-probability of the whole answer, teacher-forced
+    for toks, pos, n_ans in needle_prompts(runner, data.text("shakespeare"), args.length, T, sink, depths,
+                                           args.needle_per_depth, args.seed):
+        acts = capture(runner, toks)
+        ex, got, check = run_prompt(model, s, acts, T + n_ans, sink, variants)
+        checks.append(check)
+        want = np.asarray(toks[-n_ans:])
+        for name, lg in [("exact", ex), *got.items()]:
+            hits[name].append(float((lg[-n_ans - 1:-1].argmax(-1) == want).all()))
+            logp[name].append(float(log_softmax(lg[-n_ans - 1:-1])[np.arange(n_ans), want].sum()))
+    result["needle"] = hits
+    result["needle_logp"] = logp
+    result["check_max_rel_err"] = float(max(checks))
+    print(f"check: numpy tail vs the fork's layer inputs, max relative error {max(checks):.2e}", file=sys.stderr)
+
+    print(f"\nsplit {s}, {args.length}-token prompts, {T}-token tail, maps fitted on {args.calib_tokens} Brown tokens\n")
+    print("| variant | " + " | ".join(f"KL {d}" for d in result["kl"]) + " | needle | Δ answer log-prob |")
+    print("|---|" + "---|" * len(result["kl"]) + "---|---|")
+    ex = np.asarray(hits["exact"])
+    lp_ex = np.asarray(logp["exact"])
+    print("| exact | " + " | ".join("0" for _ in result["kl"]) + f" | {int(ex.sum())}/{len(ex)} | "
+          f"(exact {lp_ex.mean():.2f}) |")
+    for v in variants:
+        kls = []
+        for d, per in result["kl"].items():
+            x = np.asarray(per[v.name])
+            kls.append(fmt_ci(bootstrap_mean(x, np.arange(len(x)), seed=0), 4))
+        h = np.asarray(hits[v.name])
+        dl = np.asarray(logp[v.name]) - lp_ex
+        print(f"| {v.name} | " + " | ".join(kls) + f" | {int(h.sum())}/{len(h)} | "
+              f"{fmt_ci(bootstrap_mean(dl, np.arange(len(dl)), seed=0), 2)} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
