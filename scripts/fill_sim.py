@@ -81,11 +81,13 @@ class NumpyLlama:
         self.out_norm = get("output_norm.weight")
         self.out = get("output.weight") if "output.weight" in t else get("token_embd.weight")
 
+        self.kvw = [kvproj.KVWeights(L.attn_norm, L.wk, L.wv, None, None, None, self.n_kv, self.eps)
+                    for L in self.layers]
+
     def kv(self, l: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pre-RoPE K (n, n_kv, hd) and V (n, n_kv, hd) of layer l for inputs x (n, d)."""
-        L = self.layers[l]
-        xn = _rms(x, L.attn_norm, self.eps)
-        return (xn @ L.wk.T).reshape(len(x), self.n_kv, self.hd), (xn @ L.wv.T).reshape(len(x), self.n_kv, self.hd)
+        k, v = kvproj.project(self.kvw[l], x)
+        return k, v.reshape(len(x), self.n_kv, self.hd)
 
     def rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """llama.cpp's NORM rotation (pairs 2i, 2i+1) of x (n, heads, hd) at positions pos (n,)."""
@@ -97,51 +99,42 @@ class NumpyLlama:
         out[..., 0::2], out[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
         return out
 
-    def attn(self, l: int, x: np.ndarray) -> np.ndarray:
-        """Layer l's attention output (after the output projection) for every row of one sequence x (n, d)."""
-        L, n, g = self.layers[l], len(x), self.n_head // self.n_kv
-        xn = _rms(x, L.attn_norm, self.eps)
-        pos = np.arange(n)
-        q = self.rope((xn @ L.wq.T).reshape(n, self.n_head, self.hd), pos)
-        k = self.rope((xn @ L.wk.T).reshape(n, self.n_kv, self.hd), pos)
-        v = (xn @ L.wv.T).reshape(n, self.n_kv, self.hd)
-        mask = np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
-        o = np.empty((n, self.n_head, self.hd), dtype=np.float32)
+    def attend(self, l: int, xn: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
+               hidden: slice | None = None) -> np.ndarray:
+        """Layer l's attention output (after its output projection) for rows with normed inputs xn at positions pos
+        over a cache K, V (pre-RoPE, rows = positions 0..); causal; `hidden` cache rows are not seen."""
+        L, g = self.layers[l], self.n_head // self.n_kv
+        q = self.rope((xn @ L.wq.T).reshape(len(xn), self.n_head, self.hd), pos)
+        K = self.rope(K, np.arange(len(K)))
+        mask = np.where(np.arange(len(K))[None, :] > pos[:, None], -np.inf, 0).astype(np.float32)
+        if hidden is not None:
+            mask[:, hidden] = -np.inf
+        o = np.empty((len(xn), self.n_head, self.hd), dtype=np.float32)
         for h in range(self.n_head):
-            sc = (q[:, h] @ k[:, h // g].T) / np.sqrt(self.hd) + mask
+            sc = (q[:, h] @ K[:, h // g].T) / np.sqrt(self.hd) + mask
             p = np.exp(sc - sc.max(1, keepdims=True))
-            o[:, h] = (p / p.sum(1, keepdims=True)) @ v[:, h // g]
-        return o.reshape(n, -1) @ L.wo.T
+            o[:, h] = (p / p.sum(1, keepdims=True)) @ V[:, h // g]
+        return o.reshape(len(xn), -1) @ L.wo.T
+
+    def attn(self, l: int, x: np.ndarray) -> np.ndarray:
+        """Layer l's attention output for every row of one sequence x (n, d), exactly."""
+        k, v = self.kv(l, x)
+        return self.attend(l, _rms(x, self.layers[l].attn_norm, self.eps), np.arange(len(x)), k, v)
 
     def tail(self, s: int, h_tail: np.ndarray, start: int, prefix: list[tuple[np.ndarray, np.ndarray]],
              hidden: dict[int, slice] | None = None):
         """Run the tail rows (inputs h_tail of layer s, positions start..) through layers s.. over a cache whose
         rows 0..start-1 are prefix[l - s] = (K, V) pre-RoPE; hidden[l]: cache rows the tail does not see in
         layer l.  Returns the tail's logits and its layer inputs."""
-        x, T = h_tail.astype(np.float32), len(h_tail)
-        pos_all = np.arange(start + T)
-        g = self.n_head // self.n_kv
-        mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
+        x = h_tail.astype(np.float32)
+        pos = np.arange(start, start + len(x))
         inputs = []
         for i, l in enumerate(range(s, self.n_layer)):
             inputs.append(x)
             L = self.layers[l]
-            xn = _rms(x, L.attn_norm, self.eps)
-            q = self.rope((xn @ L.wq.T).reshape(T, self.n_head, self.hd), pos_all[start:])
-            k_t, v_t = (xn @ L.wk.T).reshape(T, self.n_kv, self.hd), (xn @ L.wv.T).reshape(T, self.n_kv, self.hd)
-            K = self.rope(np.concatenate([prefix[i][0], k_t]), pos_all)
-            V = np.concatenate([prefix[i][1], v_t])
-            o = np.empty((T, self.n_head, self.hd), dtype=np.float32)
-            for h in range(self.n_head):
-                sc = (q[:, h] @ K[:, h // g].T) / np.sqrt(self.hd)
-                sc[:, start:] += mask
-                if hidden and l in hidden:
-                    sc[:, hidden[l]] = -np.inf
-                sc -= sc.max(1, keepdims=True)
-                p = np.exp(sc)
-                p /= p.sum(1, keepdims=True)
-                o[:, h] = p @ V[:, h // g]
-            x = x + o.reshape(T, -1) @ L.wo.T
+            k_t, v_t = self.kv(l, x)
+            K, V = np.concatenate([prefix[i][0], k_t]), np.concatenate([prefix[i][1], v_t])
+            x = x + self.attend(l, _rms(x, L.attn_norm, self.eps), pos, K, V, (hidden or {}).get(l))
             xn = _rms(x, L.ffn_norm, self.eps)
             a = xn @ L.gate.T
             x = x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
@@ -267,12 +260,8 @@ def parse_variant(spec: str) -> Variant:
 
 
 def kv_targets(model: NumpyLlama, s: int, xs: np.ndarray) -> np.ndarray:
-    """(2L, n, n_kv·hd): K(s+1), V(s+1), ... of late-layer inputs xs (L, n, d)."""
-    out = []
-    for i, l in enumerate(range(s + 1, model.n_layer)):
-        k, v = model.kv(l, xs[i])
-        out += [k.reshape(len(k), -1), v.reshape(len(v), -1)]
-    return np.stack(out)
+    """(2L, n, n_kv·hd): K(s+1), V(s+1), ... of late-layer inputs xs (L, n, d), as calibrate's targets."""
+    return calibrate.kv_targets(model.kvw[s + 1:], xs, model.n_kv * model.hd)
 
 
 def fit(variants: list[Variant], model: NumpyLlama, s: int, chunks: list[np.ndarray], is_val: np.ndarray,
