@@ -32,14 +32,11 @@ from gguf.quants import dequantize
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ridgefill import calibrate, data, evaluate, kvproj, ridge  # noqa: E402
 from ridgefill.ggufio import field_value, read_maps  # noqa: E402
+from ridgefill.kvproj import rms_norm  # noqa: E402
 from ridgefill.stats import bootstrap_mean, fmt_ci, wilson  # noqa: E402
 
 
 # ---- the model in numpy (llama architecture) ----------------------------------------------------------------
-
-def _rms(x, w, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
 
 @dataclass
 class Layer:
@@ -119,7 +116,7 @@ class NumpyLlama:
     def attn(self, l: int, x: np.ndarray) -> np.ndarray:
         """Layer l's attention output for every row of one sequence x (n, d), exactly."""
         k, v = self.kv(l, x)
-        return self.attend(l, _rms(x, self.layers[l].attn_norm, self.eps), np.arange(len(x)), k, v)
+        return self.attend(l, rms_norm(x, self.layers[l].attn_norm, self.eps), np.arange(len(x)), k, v)
 
     def tail(self, s: int, h_tail: np.ndarray, start: int, prefix: list[tuple[np.ndarray, np.ndarray]],
              hidden: dict[int, slice] | None = None):
@@ -134,11 +131,11 @@ class NumpyLlama:
             L = self.layers[l]
             k_t, v_t = self.kv(l, x)
             K, V = np.concatenate([prefix[i][0], k_t]), np.concatenate([prefix[i][1], v_t])
-            x = x + self.attend(l, _rms(x, L.attn_norm, self.eps), pos, K, V, (hidden or {}).get(l))
-            xn = _rms(x, L.ffn_norm, self.eps)
+            x = x + self.attend(l, rms_norm(x, L.attn_norm, self.eps), pos, K, V, (hidden or {}).get(l))
+            xn = rms_norm(x, L.ffn_norm, self.eps)
             a = xn @ L.gate.T
             x = x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
-        return _rms(x, self.out_norm, self.eps) @ self.out.T, inputs
+        return rms_norm(x, self.out_norm, self.eps) @ self.out.T, inputs
 
 
 # ---- map variants ----------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class KVWeights:
     eps: float
 
 
-def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
@@ -55,12 +55,12 @@ def load(reader: GGUFReader, layers: list[int]) -> dict[int, KVWeights]:
 
 def project(w: KVWeights, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x (n, d) layer inputs -> k (n, n_kv, hd), v (n, n_kv*hd_v)."""
-    xn = _rms(x.astype(np.float32), w.attn_norm, w.eps)
+    xn = rms_norm(x.astype(np.float32), w.attn_norm, w.eps)
     k = xn @ w.wk.T + (w.bk if w.bk is not None else 0)
     v = xn @ w.wv.T + (w.bv if w.bv is not None else 0)
     k = k.reshape(len(x), w.n_head_kv, -1)
     if w.k_norm is not None:
-        k = _rms(k, w.k_norm, w.eps)
+        k = rms_norm(k, w.k_norm, w.eps)
     return k, v
 
 
