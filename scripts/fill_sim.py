@@ -8,6 +8,8 @@ this script does that for llama-architecture models (SmolLM2) and reports, per m
 decide a setting — tail KL(exact‖variant) and pass-key retrieval (teacher-forced: every answer token must be the
 greedy choice) — on the same prompts.  Variants are fitted here from a calibration pass like `ridgefill calibrate`'s
 (same text, chunks, sink and held-out λ), so features the runtime cannot use yet can be compared with ones it can.
+A variant "bandBwW-..." runs layers s..s+B−1 on the filled rows with attention windowed to W positions (and the sink),
+then fills the rest from maps fitted at split s+B (docs/maps.md, "A windowed band").
 
 The numpy forward is checked against the fork: with exact K/V it reproduces the captured tail inputs of every
 layer (relative error printed as `check`), so the KL here measures the fill, not numpy-vs-ggml arithmetic.
@@ -28,9 +30,10 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
+from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from ridgefill import calibrate, data, evaluate, kvproj, ridge  # noqa: E402
+from ridgefill import bench, calibrate, data, evaluate, kvproj, ridge  # noqa: E402
 from ridgefill.ggufio import field_value, read_maps  # noqa: E402
 from ridgefill.kvproj import rms_norm  # noqa: E402
 from ridgefill.stats import bootstrap_mean, fmt_ci, wilson  # noqa: E402
@@ -97,21 +100,41 @@ class NumpyLlama:
         return out
 
     def attend(self, l: int, xn: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
-               hidden: slice | None = None) -> np.ndarray:
+               hidden: slice | None = None, window: tuple[int, int] | None = None) -> np.ndarray:
         """Layer l's attention output (after its output projection) for rows with normed inputs xn at positions pos
-        over a cache K, V (pre-RoPE, rows = positions 0..); causal; `hidden` cache rows are not seen."""
-        L, g = self.layers[l], self.n_head // self.n_kv
+        over a cache K, V (pre-RoPE, rows = positions 0..); causal; `hidden` cache rows are not seen; window =
+        (w, sink): a row sees only the sink rows and its own w latest positions."""
+        L = self.layers[l]
         q = self.rope((xn @ L.wq.T).reshape(len(xn), self.n_head, self.hd), pos)
         K = self.rope(K, np.arange(len(K)))
-        mask = np.where(np.arange(len(K))[None, :] > pos[:, None], -np.inf, 0).astype(np.float32)
+        if window is not None:          # by blocks of rows, each over the sink and the keys its window reaches
+            w, sink = window
+            o = np.empty((len(xn), self.n_head, self.hd), dtype=np.float32)
+            for a in range(0, len(xn), 512):
+                p = pos[a:a + 512]
+                keys = np.concatenate([np.arange(min(sink, p[0])), np.arange(max(sink, p[0] - w + 1), p[-1] + 1)])
+                seen = (keys[None, :] <= p[:, None]) & ((keys[None, :] < sink) | (keys[None, :] > p[:, None] - w))
+                mask = np.where(seen, 0, -np.inf).astype(np.float32)
+                o[a:a + 512] = self.softmax_av(q[a:a + 512], K[keys], V[keys], mask)
+            return o.reshape(len(xn), -1) @ L.wo.T
+        j = np.arange(len(K))[None, :]
+        mask = np.where(j > pos[:, None], -np.inf, 0).astype(np.float32)
         if hidden is not None:
             mask[:, hidden] = -np.inf
-        o = np.empty((len(xn), self.n_head, self.hd), dtype=np.float32)
-        for h in range(self.n_head):
-            sc = (q[:, h] @ K[:, h // g].T) / np.sqrt(self.hd) + mask
-            p = np.exp(sc - sc.max(1, keepdims=True))
-            o[:, h] = (p / p.sum(1, keepdims=True)) @ V[:, h // g]
-        return o.reshape(len(xn), -1) @ L.wo.T
+        return self.softmax_av(q, K, V, mask).reshape(len(xn), -1) @ L.wo.T
+
+    def softmax_av(self, q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """softmax(q·K/√hd + mask)·V per head (GQA: query head h reads kv head h // (n_head / n_kv))."""
+        g = self.n_head // self.n_kv
+        q = q * np.float32(1 / np.sqrt(self.hd))
+        o = np.empty(q.shape, dtype=np.float32)
+        for h in range(self.n_head):        # in place: at 8K a score matrix is 1K x 8K per head
+            sc = q[:, h] @ K[:, h // g].T
+            sc += mask
+            sc -= sc.max(1, keepdims=True)
+            np.exp(sc, out=sc)
+            o[:, h] = (sc @ V[:, h // g]) / sc.sum(1, keepdims=True)
+        return o
 
     def attn(self, l: int, x: np.ndarray) -> np.ndarray:
         """Layer l's attention output for every row of one sequence x (n, d), exactly."""
@@ -128,14 +151,19 @@ class NumpyLlama:
         inputs = []
         for i, l in enumerate(range(s, self.n_layer)):
             inputs.append(x)
-            L = self.layers[l]
             k_t, v_t = self.kv(l, x)
             K, V = np.concatenate([prefix[i][0], k_t]), np.concatenate([prefix[i][1], v_t])
-            x = x + self.attend(l, rms_norm(x, L.attn_norm, self.eps), pos, K, V, (hidden or {}).get(l))
-            xn = rms_norm(x, L.ffn_norm, self.eps)
-            a = xn @ L.gate.T
-            x = x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
+            x = self.block(l, x, pos, K, V, (hidden or {}).get(l))
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T, inputs
+
+    def block(self, l: int, x: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
+              hidden: slice | None = None, window: tuple[int, int] | None = None) -> np.ndarray:
+        """Layer l on rows x at positions pos over the cache K, V (which holds the rows' own K/V): its output."""
+        L = self.layers[l]
+        x = x + self.attend(l, rms_norm(x, L.attn_norm, self.eps), pos, K, V, hidden, window)
+        xn = rms_norm(x, L.ffn_norm, self.eps)
+        a = xn @ L.gate.T
+        return x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
 
 
 # ---- map variants ----------------------------------------------------------------------------------------
@@ -159,6 +187,9 @@ class Variant:
     budget: int | None = None       # calibration tokens it is fitted on (None: all that were read)
     clamp: bool = False             # kv: each predicted K and V head's norm clamped to its largest in calibration
     norm_max: list | None = None    # per target: (n_kv,) largest head norm on the calibration rows
+    band: int = 0                   # > 0: layers s..s+band−1 run on the filled rows with windowed attention, and
+    window: int = 0                 # the maps (fitted at split s+band) read their output ("band5w256-input-c1");
+                                    # window 0 ("band5-input-c1"): the band is exact, a later split
 
     def features(self, h: np.ndarray, start: int) -> np.ndarray:
         return ridge.context_features(h, self.C, start)
@@ -180,11 +211,27 @@ class Variant:
                 out[sel] = f[sel] @ self.Wc[k][i].T + self.bc[k][i]
         return out
 
-    def fill(self, model: NumpyLlama, s: int, h: np.ndarray, lo: int, hi: int):
-        """Predicted pre-RoPE (K, V) of every late layer for rows lo..hi-1 of a prompt with split inputs h."""
+    def fill(self, model: NumpyLlama, s: int, acts: np.ndarray, lo: int, hi: int):
+        """Predicted pre-RoPE (K, V) of every late layer for rows lo..hi-1 of a prompt with exact layer inputs acts
+        (n_layer, n, d); rows < lo (the sink) are exact."""
+        out = []
+        h = acts[s]
+        if self.band and not self.window:   # an exact band is a later split: the exact layer inputs
+            out += [model.kv(l, acts[l, lo:hi]) for l in range(s + 1, s + self.band + 1)]
+            s, h = s + self.band, acts[s + self.band]
+        elif self.band:                 # the band's layers run on the filled rows, attention windowed
+            x = acts[s, :hi].copy()
+            pos = np.arange(lo, hi)
+            for l in range(s, s + self.band):
+                if l > s:
+                    out.append(model.kv(l, x[lo:]))
+                K, V = model.kv(l, x)
+                x[lo:] = model.block(l, x[lo:], pos, K, V, window=(self.window, lo))
+                x[:lo] = acts[l + 1, :lo]
+            out.append(model.kv(s + self.band, x[lo:]))
+            s, h = s + self.band, x
         f = self.features(h[:hi], lo).astype(np.float32)
         hr = h[lo:hi]
-        out = []
         for i, l in enumerate(range(s + 1, model.n_layer)):
             if self.kind == "input":
                 out.append(model.kv(l, self.predict(i, f, hr)))
@@ -198,6 +245,18 @@ class Variant:
                                                    np.maximum(norms, 1e-30))
                 out.append(tuple(kv))
         return out
+
+
+def flop_limit(shape: bench.Shape, v: Variant, s: int, n: int, tail: int, sink: int) -> float:
+    """Analytic prefill speedup of variant v at split s (bench.flops): a band is the exact layers of split s+band,
+    less the attention its filled rows do not do (they see the sink and their window, not every earlier key)."""
+    v = v.base or v
+    total = bench.flops(shape, n, s + v.band, tail, sink, v.kind, v.C)
+    if v.band and v.window:
+        p = np.arange(sink, n - tail)
+        skipped = (p + 1) - (sink + np.minimum(v.window, p - sink + 1))
+        total -= v.band * 4 * shape.n_head * shape.head_dim * float(skipped.sum())
+    return bench.flops(shape, n) / total
 
 
 def parse_variants(specs: list[str]) -> list[Variant]:
@@ -225,6 +284,14 @@ def parse_variants(specs: list[str]) -> list[Variant]:
 
 
 def parse_variant(spec: str) -> Variant:
+    if spec.startswith("band"):                     # "band5w256-input-c1"
+        b, rest = spec[4:].split("-", 1)
+        band, _, w = b.partition("w")
+        v = parse_variant(rest)
+        if v.mix:
+            raise SystemExit(f"{spec!r}: a band with mixture maps is not supported")
+        v.name, v.band, v.window = spec, int(band), int(w or 0)
+        return v
     if spec.endswith(".gguf"):                      # a map file from `ridgefill calibrate`, as the runtime has it
         m = read_maps(spec)
         late = m.late_layers
@@ -265,25 +332,33 @@ def fit(variants: list[Variant], model: NumpyLlama, s: int, chunks: list[np.ndar
         sink: int) -> None:
     """Closed-form ridge per variant, λ per target chosen on the held-out chunks (as `ridgefill calibrate`)."""
     all_chunks, all_val = chunks, is_val
+    done = {}
     for v in variants:
         if v.W is not None:
             continue
+        key = (v.kind, v.C, v.band, v.budget, v.mix)    # bands of one depth share their maps, whatever the window
+        if key in done and not v.mix:
+            v.W, v.b, v.norm_max = done[key].W, done[key].b, done[key].norm_max
+            continue
+        done[key] = v
         if v.budget:                    # the first chunks of the reading, held out as calibrate would
             chunks = all_chunks[:-(-v.budget // all_chunks[0].shape[1])]
             is_val = calibrate.val_chunks(len(chunks), 0.1)
         else:
             chunks, is_val = all_chunks, all_val
         t0 = time.time()
-        L = model.n_layer - s - 1
+        sv = s + v.band
+        L = model.n_layer - sv - 1
         D = (v.C + 1) * model.d
         dt = model.d if v.kind == "input" else model.n_kv * model.hd
         nt = L if v.kind == "input" else 2 * L
         train, val = ridge.Moments(D, nt, dt), ridge.Moments(D, nt, dt)
         norm_max = np.zeros((nt, model.n_kv))
         for acts, held in zip(chunks, is_val):
+            acts = acts[v.band:]
             f = v.features(acts[0], sink)
             xs = acts[1:, sink:]
-            ys = xs if v.kind == "input" else kv_targets(model, s, xs)
+            ys = xs if v.kind == "input" else kv_targets(model, sv, xs)
             (val if held else train).add(f, ys)
             if v.kind == "kv" and not held:
                 heads = np.linalg.norm(ys[:, :, :model.n_kv * model.hd].reshape(nt, len(f), model.n_kv, -1), axis=-1)
@@ -417,7 +492,7 @@ def run_prompt(model: NumpyLlama, s: int, acts: np.ndarray, tail: int, sink: int
     for v in variants:
         b = v.base or v
         if b.name not in fills:
-            fills[b.name] = b.fill(model, s, acts[s], sink, start)
+            fills[b.name] = b.fill(model, s, acts, sink, start)
         prefix = [exact_prefix[0]]
         for i, ((ek, ev), (fk, fv)) in enumerate(zip(exact_prefix[1:], fills[b.name])):
             l = s + 1 + i
@@ -455,6 +530,8 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=2048)
     ap.add_argument("--tail-tokens", type=int, default=256)
     ap.add_argument("--prompts", type=int, default=16, help="KL prompts per domain")
+    ap.add_argument("--skip-tokens", type=int, default=0,
+                    help="KL prompts start this many tokens into the domain's text (a disjoint second sample)")
     ap.add_argument("--domains", default="shakespeare")
     ap.add_argument("--needle-per-depth", type=int, default=4)
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
@@ -475,13 +552,15 @@ def main() -> None:
         del chunks, runner
 
     runner = calibrate.LayerInputs(Path(args.model), list(range(model.n_layer)), args.length + 16, threads)
-    result = {"split_layer": s, "length": args.length, "tail_tokens": T, "variants": [v.name for v in variants],
+    result = {"split_layer": s, "length": args.length, "tail_tokens": T, "skip_tokens": args.skip_tokens,
+              "variants": [v.name for v in variants],
               "kl": {}, "needle": {}}
     checks = []
     for dom in args.domains.split(","):
         text = held_out(runner, dom, args.calib_tokens, args.ctx)
         per = {v.name: [] for v in variants}
-        for toks in kl_prompts(runner, text, args.length, args.prompts):
+        prompts = kl_prompts(runner, text, args.length, args.prompts, args.skip_tokens)
+        for toks in tqdm(prompts, desc=f"KL {dom}", unit="prompt"):
             acts = capture(runner, toks)
             ex, got, check = run_prompt(model, s, acts, T, sink, variants)
             checks.append(check)
@@ -494,8 +573,8 @@ def main() -> None:
     depths = [float(x) for x in args.depths.split(",")]
     hits = {m: [] for m in ["exact", *[v.name for v in variants]]}
     logp = {m: [] for m in hits}                   # log-probability of the whole answer, teacher-forced
-    for toks, pos, n_ans in needle_prompts(runner, data.text("shakespeare"), args.length, T, sink, depths,
-                                           args.needle_per_depth, args.seed):
+    for toks, pos, n_ans in tqdm(needle_prompts(runner, data.text("shakespeare"), args.length, T, sink, depths,
+                                                args.needle_per_depth, args.seed), desc="needle", unit="key"):
         acts = capture(runner, toks)
         ex, got, check = run_prompt(model, s, acts, T + n_ans, sink, variants)
         checks.append(check)
@@ -509,12 +588,16 @@ def main() -> None:
     print(f"check: numpy tail vs the fork's layer inputs, max relative error {max(checks):.2e}", file=sys.stderr)
 
     print(f"\nsplit {s}, {args.length}-token prompts, {T}-token tail, maps fitted on {args.calib_tokens} Brown tokens\n")
-    print("| variant | " + " | ".join(f"KL {d}" for d in result["kl"]) + " | needle | Δ answer log-prob |")
-    print("|---|" + "---|" * len(result["kl"]) + "---|---|")
+    shape = bench.Shape.of(args.model)
+    limits = {v.name: flop_limit(shape, v, s, args.length, T, sink) for v in variants}
+    result["flop_limit"] = limits
+    print("| variant | FLOP limit | " + " | ".join(f"KL {d}" for d in result["kl"])
+          + " | needle | Δ answer log-prob |")
+    print("|---|---|" + "---|" * len(result["kl"]) + "---|---|")
     ex = np.asarray(hits["exact"])
     lp_ex = np.asarray(logp["exact"])
-    print("| exact | " + " | ".join("0" for _ in result["kl"]) + f" | {int(ex.sum())}/{len(ex)} | "
-          f"(exact {lp_ex.mean():.2f}) |")
+    print("| exact | 1× | " + " | ".join("0" for _ in result["kl"]) + f" | {int(ex.sum())}/{len(ex)} | "
+          f"(exact {lp_ex.mean() if len(lp_ex) else float('nan'):.2f}) |")
     for v in variants:
         kls = []
         for d, per in result["kl"].items():
@@ -522,8 +605,8 @@ def main() -> None:
             kls.append(fmt_ci(bootstrap_mean(x, np.arange(len(x)), seed=0), 4))
         h = np.asarray(hits[v.name])
         dl = np.asarray(logp[v.name]) - lp_ex
-        print(f"| {v.name} | " + " | ".join(kls) + f" | {int(h.sum())}/{len(h)} | "
-              f"{fmt_ci(bootstrap_mean(dl, np.arange(len(dl)), seed=0), 2)} |")
+        print(f"| {v.name} | {limits[v.name]:.2f}× | " + " | ".join(kls) + f" | {int(h.sum())}/{len(h)} | "
+              f"{fmt_ci(bootstrap_mean(dl, np.arange(len(dl)), seed=0), 2) if len(dl) else '—'} |")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -14,18 +14,21 @@ def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
 
 
+def _model_and_acts(smollm2, maps20, toks):
+    """The numpy model, the map file's sink, and every layer's exact input for toks, captured through the fork."""
+    from ridgefill.calibrate import LayerInputs
+    from ridgefill.ggufio import read_maps
+    model = fill_sim.NumpyLlama(str(smollm2))
+    runner = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads())
+    return model, read_maps(maps20).sink_tokens, runner.run(np.asarray(toks, dtype=np.int32))
+
+
 def test_fill_sim_replays_the_runtime(smollm2, maps20, prose_tokens):
     """With exact K/V the numpy tail reproduces the fork's layer inputs; with a map file its tail logits are the
     runtime's RidgeFill logits, far closer to them than the fill moves the logits."""
     import ridgefill
-    from ridgefill.calibrate import LayerInputs
-    from ridgefill.ggufio import read_maps
     toks, tail, s = prose_tokens[:600], 100, 20
-    sink = read_maps(maps20).sink_tokens
-    model = fill_sim.NumpyLlama(str(smollm2))
-    runner = LayerInputs(smollm2, list(range(model.n_layer)), 640, n_threads())
-    acts = runner.run(np.asarray(toks, dtype=np.int32))
-    del runner
+    model, sink, acts = _model_and_acts(smollm2, maps20, toks)
     v = fill_sim.parse_variant(str(maps20))
     sim_exact, got, check = fill_sim.run_prompt(model, s, acts, tail, sink, [v])
     assert check < 0.03                                       # numpy vs ggml arithmetic (Q4_1 weights)
@@ -50,3 +53,24 @@ def test_fill_sim_variants_parse():
     assert [b.name for b in bases] == ["input-c1", "mix8-kv-c0"]
     assert vs[1].base is vs[0] and vs[1].exact_k == {17, 18} and vs[1].exact_v == {20} and vs[1].hidden == {21}
     assert (vs[2].kind, vs[2].C, vs[2].mix) == ("kv", 0, 8)
+
+
+def test_fill_sim_band(smollm2, maps20, prose_tokens):
+    """An exact band (window 0) in front of split-20 maps is split 20; a band computed in numpy with a window wider
+    than the prompt is the exact band; a narrow window changes the fill; the FLOP limits order accordingly."""
+    toks, tail = prose_tokens[:1100], 100
+    model, sink, acts = _model_and_acts(smollm2, maps20, toks)
+    s20 = fill_sim.parse_variant(str(maps20))
+    band, wide, narrow = (fill_sim.parse_variant(f"band5{w}-{maps20}") for w in ("", "w100000", "w32"))
+    assert (band.band, band.window, wide.window, narrow.window) == (5, 0, 100000, 32)
+    ex20, got20, _ = fill_sim.run_prompt(model, 20, acts, tail, sink, [s20])
+    ex15, got15, _ = fill_sim.run_prompt(model, 15, acts, tail, sink, [band, wide, narrow])
+    ref = _kl(ex20, got20[s20.name])
+    assert ref > 1e-3
+    assert _kl(ex15, ex20) < 0.02 * ref and _kl(got15[band.name], got20[s20.name]) < 0.02 * ref   # numpy vs ggml
+    assert _kl(got15[wide.name], got15[band.name]) < 0.02 * ref    # the band's layers in numpy: 512-row blocks
+    assert _kl(got15[narrow.name], got15[band.name]) > 0.02 * ref
+    shape = fill_sim.bench.Shape.of(str(smollm2))
+    limit = lambda v, s: fill_sim.flop_limit(shape, v, s, len(toks), tail, sink)  # noqa: E731
+    assert limit(band, 15) == limit(s20, 20) and limit(wide, 15) == limit(s20, 20)
+    assert limit(s20, 20) < limit(narrow, 15) < limit(fill_sim.parse_variant(str(maps20)), 15)
