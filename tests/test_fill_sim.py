@@ -74,3 +74,20 @@ def test_fill_sim_band(smollm2, maps20, prose_tokens):
     limit = lambda v, s: fill_sim.flop_limit(shape, v, s, len(toks), tail, sink)  # noqa: E731
     assert limit(band, 15) == limit(s20, 20) and limit(wide, 15) == limit(s20, 20)
     assert limit(s20, 20) < limit(narrow, 15) < limit(fill_sim.parse_variant(str(maps20)), 15)
+
+
+def test_fill_sim_window_sees_the_sink_and_w_latest_keys(smollm2):
+    """The windowed attention (by blocks of rows) equals full attention row by row with every key outside the sink
+    and the row's w latest positions hidden."""
+    model = fill_sim.NumpyLlama(str(smollm2))
+    rng = np.random.default_rng(0)
+    n, sink, w, lo = 1100, 4, 37, 4
+    x = rng.standard_normal((n, model.d)).astype(np.float32)
+    K, V = model.kv(3, x)
+    xn = fill_sim.rms_norm(x[lo:], model.layers[3].attn_norm, model.eps)
+    pos = np.arange(lo, n)
+    got = model.attend(3, xn, pos, K, V, window=(w, sink))
+    for r in (0, 30, 36, 37, 500, 511, 512, 1095):
+        p = pos[r]
+        want = model.attend(3, xn[r:r + 1], pos[r:r + 1], K, V, hidden=slice(sink, max(sink, p - w + 1)))
+        np.testing.assert_allclose(got[r], want[0], rtol=1e-4, atol=1e-5)
