@@ -31,6 +31,10 @@ struct ridgefill_maps {
     int32_t format_version = 1;
     ridgefill_map_kind kind = ridgefill_map_kind::input;
     int32_t context_tokens = 0;
+    // a windowed band (GGUF ridgefill.band_layers / band_window; absent: 0, none): on the filled rows the
+    // band_layers layers below the split run in full, attending only to the sink and their band_window latest
+    // positions; the maps read their output.  The runtime may override both (llama_ridgefill_set_band).
+    int32_t band_layers = 0, band_window = 0;
     int64_t d_k = 0, d_v = 0;  // kv maps: rows [0, d_k) of y are K (head-major), [d_k, d_k + d_v) are V
     uint64_t generation = 0;  // unique per load: graphs are reused only for the same maps, not the same address
     std::string path;
@@ -80,6 +84,9 @@ struct ridgefill_context {
     int32_t sink_tokens = -1; // -1: the maps' own sink_tokens
 
     int32_t sink() const { return sink_tokens >= 0 ? sink_tokens : (maps ? maps->sink_tokens : 0); }
+    int32_t band_layers = -1, band_window = -1;  // -1: the maps' own
+    int32_t band() const { return band_layers >= 0 ? band_layers : (maps ? maps->band_layers : 0); }
+    int32_t window() const { return band_window >= 0 ? band_window : (maps ? maps->band_window : 0); }
     std::map<llama_seq_id, llama_pos> exact_from; // per sequence: positions >= it are the exact tail
 
     // tokens per sequence that took each path since the last reset
@@ -140,13 +147,19 @@ struct ridgefill_graph {
     const ridgefill_maps * canary_maps = nullptr;
     int32_t n_canary = 0;
 
+    // a windowed band (approximate graphs): layers [split_layer - band_layers, split_layer) attend through a mask
+    // that keeps the first band_sink positions and each row's band_window latest ones
+    int32_t band_layers = 0, band_window = 0, band_sink = 0;
+    bool in_band(int il) const { return approx() && il >= split_layer - band_layers && il < split_layer; }
+
     bool approx() const { return maps != nullptr; }
     bool operator==(const ridgefill_graph & o) const {
         return maps == o.maps && maps_generation == o.maps_generation && split_layer == o.split_layer && rf == o.rf && record_inp == o.record_inp &&
                exact_inp == o.exact_inp && store_k == o.store_k && store_v == o.store_v &&
                record_norm == o.record_norm && rescale_k == o.rescale_k && context_tokens == o.context_tokens &&
                carry_rf == o.carry_rf && record_pred == o.record_pred && canary_maps == o.canary_maps &&
-               n_canary == o.n_canary;
+               n_canary == o.n_canary && band_layers == o.band_layers && band_window == o.band_window &&
+               band_sink == o.band_sink;
     }
     bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
 };

@@ -237,6 +237,8 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     maps->map_type    = file.str("ridgefill.map_type");
     maps->format_version = (int32_t) file.u("ridgefill.format_version", 1);
     maps->context_tokens = (int32_t) file.u("ridgefill.context_tokens", 0);
+    maps->band_layers = (int32_t) file.u("ridgefill.band_layers", 0);
+    maps->band_window = (int32_t) file.u("ridgefill.band_window", 0);
     const std::string kind = file.str("ridgefill.map_kind", "input");
 
     const int32_t n_layer = (int32_t) model.hparams.n_layer();

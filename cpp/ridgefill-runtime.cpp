@@ -157,6 +157,11 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
     g.maps_generation = rf->maps->generation;
     g.split_layer = rf->maps->split_layer;
     g.record_pred = rf->capture_pred;
+    if (rf->band() > 0) {
+        g.band_layers = rf->band();
+        g.band_window = rf->window();
+        g.band_sink   = rf->sink();
+    }
     if (rf->splice == ridgefill_splice::none) {
         return g;
     }
@@ -760,6 +765,52 @@ void llm_graph_context::build_ridgefill_kv(ggml_tensor *& k_cur, ggml_tensor *& 
     v_cur = ggml_view_3d(ctx0, y, hd_v, maps.d_v / hd_v, n_tokens, hd_v * es, y->nb[1], maps.d_k * es);
 }
 
+// ---- the band's mask ---------------------------------------------------------------------------------
+//
+// A band layer of an approximate graph attends through its own mask: the causal mask of the ubatch over the cache,
+// further limited to the sink positions and each row's band_window latest positions (upstream's standard sliding
+// window with an exception for the sink, set_input_kq_mask_window in ggml-patches/0015).  One mask per graph,
+// shared by the band's layers, filled beside the layer input's own mask from the same cache view.
+
+namespace {
+
+class band_mask_input : public llm_graph_input_i {
+public:
+    band_mask_input(ggml_tensor * mask, const llm_graph_input_attn_kv * inp, bool causal, int32_t window, int32_t sink)
+        : mask(mask), inp(inp), causal(causal), window(window), sink(sink) {}
+
+    void set_input(const llama_ubatch * ub) override {
+        if (mask->buffer) {
+            inp->mctx->set_input_kq_mask_window(mask, ub, causal, (uint32_t) window, sink);
+        }
+    }
+
+    // the layer input's own can_reuse checks the shape both masks share; the band's settings are graph parameters
+    bool can_reuse(const llm_graph_params & /*params*/) override { return ggml_are_same_shape(mask, inp->self_kq_mask); }
+
+    ggml_tensor * mask;
+    const llm_graph_input_attn_kv * inp;
+    const bool causal;
+    const int32_t window, sink;
+};
+
+} // namespace
+
+ggml_tensor * llm_graph_context::build_ridgefill_kq_mask(llm_graph_input_attn_kv * inp, int il) const {
+    if (!ridgefill.in_band(il)) {
+        return inp->get_kq_mask();
+    }
+    ggml_tensor * mask = ggml_get_tensor(ctx0, "ridgefill_band_mask");
+    if (!mask) {
+        mask = ggml_dup_tensor(ctx0, inp->self_kq_mask);
+        ggml_set_input(mask);
+        ggml_set_name(mask, "ridgefill_band_mask");
+        res->add_input(std::make_unique<band_mask_input>(mask, inp, cparams.causal_attn, ridgefill.band_window,
+                                                         ridgefill.band_sink));
+    }
+    return mask;
+}
+
 bool llm_graph_context::ridgefill_fill_only(int il) const {
     return ridgefill.approx() && il >= ridgefill.split_layer;
 }
@@ -855,6 +906,23 @@ static int32_t check_sink(int32_t n, const ridgefill_maps * maps) {
     return 0;
 }
 
+// a band needs layers below the split, a window, and a cache whose attention takes the band's mask
+static int32_t check_band(const llama_context * ctx, int32_t layers, int32_t window, const ridgefill_maps & maps) {
+    if (layers < 0 || layers > maps.split_layer) {
+        return fail("band_layers " + std::to_string(layers) + " outside 0.." + std::to_string(maps.split_layer) +
+                    " (the band is made of layers below the split layer " + std::to_string(maps.split_layer) + ")");
+    }
+    if (layers > 0 && window < 1) {
+        return fail("band_window " + std::to_string(window) + ": a band of " + std::to_string(layers) +
+                    " layers needs a window of at least 1 position");
+    }
+    if (layers > 0 && ctx->get_model().hparams.swa_type != LLAMA_SWA_TYPE_NONE) {
+        return fail(std::string("a band needs a model without sliding-window attention; ") +
+                    llm_arch_name(ctx->get_model().arch) + " has it (use band_layers 0)");
+    }
+    return 0;
+}
+
 int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, const char * model_path) {
     if (!maps_path) {
         return fail("no maps path given");
@@ -873,6 +941,11 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
         if (check_sink(state(ctx).sink_tokens, maps.get()) != 0) {
             return -1;
         }
+        const ridgefill_context & rf = state(ctx);
+        if (check_band(ctx, rf.band_layers >= 0 ? rf.band_layers : maps->band_layers,
+                       rf.band_window >= 0 ? rf.band_window : maps->band_window, *maps) != 0) {
+            return -1;
+        }
         std::string where;  // the buffers, one per device holding maps: "1.2 MiB on RPC0[host:port], ..."
         for (ggml_backend_buffer_t buf : maps->bufs) {
             char part[160];
@@ -887,6 +960,10 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
         LLAMA_LOG_INFO("ridgefill: loaded maps for split layer %d from %s (%s); map_kind %s, context_tokens %d\n",
                        m.split_layer, maps_path, where.c_str(), m.kind == ridgefill_map_kind::kv ? "kv" : "input",
                        m.context_tokens);
+        if (state(ctx).band() > 0) {
+            LLAMA_LOG_INFO("ridgefill: band: layers %d-%d of filled rows attend to the sink and their %d latest "
+                           "positions\n", m.split_layer - state(ctx).band(), m.split_layer - 1, state(ctx).window());
+        }
         if (m.guard_window > 0) {
             LLAMA_LOG_INFO("ridgefill: guard: %d-row checks, threshold %.2f (from the held-out calibration text)\n",
                            m.guard_window, m.guard_threshold);
@@ -928,6 +1005,35 @@ int32_t llama_ridgefill_sink_tokens(const llama_context * ctx) {
 
 int32_t llama_ridgefill_maps_sink_tokens(const llama_context * ctx) {
     return ctx->ridgefill && ctx->ridgefill->maps ? ctx->ridgefill->maps->sink_tokens : -1;
+}
+
+int32_t llama_ridgefill_set_band(llama_context * ctx, int32_t n_layers, int32_t window) {
+    ridgefill_context & rf = state(ctx);
+    if (!rf.maps) {
+        return fail("no maps loaded (llama_ridgefill_load_maps): a band is set for the maps' split layer");
+    }
+    if (n_layers < -1 || window < -1) {
+        return fail("band_layers and band_window must be >= 0 (or -1: the maps' own)");
+    }
+    const int32_t layers = n_layers >= 0 ? n_layers : rf.maps->band_layers;
+    const int32_t w = window >= 0 ? window : rf.maps->band_window;
+    if (check_band(ctx, layers, w, *rf.maps) != 0) {
+        return -1;
+    }
+    rf.band_layers = n_layers;
+    rf.band_window = window;
+    return 0;
+}
+
+int32_t llama_ridgefill_band(const llama_context * ctx, int32_t * n_layers, int32_t * window) {
+    const bool on = ctx->ridgefill && ctx->ridgefill->maps;
+    if (n_layers) {
+        *n_layers = on ? ctx->ridgefill->band() : -1;
+    }
+    if (window) {
+        *window = on ? ctx->ridgefill->window() : -1;
+    }
+    return on ? 0 : -1;
 }
 
 int32_t llama_ridgefill_set_splice(llama_context * ctx, const char * mode) {

@@ -54,6 +54,14 @@ LLAMA_API int32_t llama_ridgefill_set_exact_from(struct llama_context * ctx, lla
 // filled region into one ubatch (n_ubatch >= prompt) for a clean attribution.
 LLAMA_API int32_t llama_ridgefill_set_splice(struct llama_context * ctx, const char * mode);
 LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);  // -1 without maps
+// A windowed band (default: the maps' ridgefill.band_layers / band_window; absent: 0, no band).  On the rows
+// filled approximately, the n_layers layers below the split layer run in full (projections, attention, FFN), but
+// their attention sees only the sink positions and the row's `window` latest positions (itself included); the maps
+// read the band's output.  Rows computed exactly (sink, tail, decode) attend as always.  -1 restores the maps'
+// value.  Needs loaded maps and a model without sliding-window attention (not gemma3).
+LLAMA_API int32_t llama_ridgefill_set_band(struct llama_context * ctx, int32_t n_layers, int32_t window);
+// The band in effect; returns -1 (and -1s) without maps.  NULLs allowed.
+LLAMA_API int32_t llama_ridgefill_band(const struct llama_context * ctx, int32_t * n_layers, int32_t * window);
 // What the maps predict: "input" (a late layer's input; its own K/V projections run on it) or "kv" (its K,
 // after any k-norm and before RoPE, and V directly); NULL without maps.  context_tokens C: the maps also read
 // the split layer's input of each token's C predecessors in its sequence (-1 without maps).  A token whose

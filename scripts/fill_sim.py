@@ -251,11 +251,7 @@ def flop_limit(shape: bench.Shape, v: Variant, s: int, n: int, tail: int, sink: 
     """Analytic prefill speedup of variant v at split s (bench.flops): a band is the exact layers of split s+band,
     less the attention its filled rows do not do (they see the sink and their window, not every earlier key)."""
     v = v.base or v
-    total = bench.flops(shape, n, s + v.band, tail, sink, v.kind, v.C)
-    if v.band and v.window:
-        p = np.arange(sink, n - tail)
-        skipped = (p + 1) - (sink + np.minimum(v.window, p - sink + 1))
-        total -= v.band * 4 * shape.n_head * shape.head_dim * float(skipped.sum())
+    total = bench.flops(shape, n, s + v.band, tail, sink, v.kind, v.C, v.band if v.window else 0, v.window)
     return bench.flops(shape, n) / total
 
 

@@ -49,13 +49,15 @@ class Shape:
 
 
 def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0,
-          map_kind: str = "input", context_tokens: int = 0) -> float:
+          map_kind: str = "input", context_tokens: int = 0, band_layers: int = 0, band_window: int = 0) -> float:
     """Prefill FLOPs of an n-token prompt; with split_layer, tokens in [sink, n - tail) take the approximate path.
 
     Exact layer, per token at position p: Q/K/V/O projections, attention over p+1 keys, gated FFN.
     Approximate layer >= split, per token: at the split layer its own K/V projections; in every later layer the
     map, from (1 + context_tokens)·d features, to the layer input (then its K/V projections) or to K/V directly.
     The output head runs for the last token only.
+    A band (band_layers > 0): the band_layers layers below the split run in full on approximate tokens, but a
+    token at position p attends to the sink keys and its band_window latest ones instead of all p+1.
     """
     d_q, d_kv = s.n_head * s.head_dim, s.n_kv * s.head_dim
     proj = 2 * (s.d * d_q + 2 * s.d * d_kv + d_q * s.d + 3 * s.d * s.d_ff)
@@ -73,6 +75,9 @@ def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink:
         else:
             per_token = late * kv_proj + (late - 1) * 2 * d_f * s.d
         total += n_approx * per_token - saved
+        if band_layers and band_window:     # the j-th filled token skips max(0, j - band_window) keys
+            m = max(0, n_approx - band_window)
+            total -= band_layers * 2 * 2 * d_q * m * (m + 1) / 2
     return float(total)
 
 
@@ -114,7 +119,7 @@ def interleaved(n: int, repeats: int, limit: float, once) -> Row:
 
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
         threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print, *, n_gpu_layers: int = 0,
-        flash_attn: bool = False) -> dict:
+        flash_attn: bool = False, band_layers: int | None = None, band_window: int | None = None) -> dict:
     from .runtime import Llama
     shape = Shape.of(model)
     if max(lengths) > shape.n_ctx_train:
@@ -124,7 +129,8 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
     # prompt of another register to the exact path, and the speed of the fill is what is measured here
     llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=n_ctx,
                 n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False,
-                n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, guard=False)
+                n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, guard=False, band_layers=band_layers,
+                band_window=band_window)
     tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
     if len(tokens) < max(lengths):
         raise RidgefillError("not enough text for the longest prompt")
@@ -140,10 +146,12 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             t0 = time.perf_counter()
             llm.eval(tokens[:n])
             return time.perf_counter() - t0, llm.ridgefill_counts()[0]
-        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind, llm.context_tokens)
+        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind, llm.context_tokens,
+                                        *llm.band)
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
-    return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "tail_tokens": tail,
+    return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "band_layers": llm.band[0],
+            "band_window": llm.band[1], "tail_tokens": tail,
             "sink_tokens": sink, "repeats": repeats, "threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
             "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
 
@@ -238,10 +246,12 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
                                                  "ridgefill": {"tail_tokens": tail, "guard": False} if mode else False})
             return time.perf_counter() - t0, res["timings"].get("ridgefill_filled_n", 0)
         limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"], rf.get("map_kind") or "input",
-                                         max(0, rf.get("context_tokens", 0)))) if shape else float("nan")
+                                         max(0, rf.get("context_tokens", 0)), max(0, rf.get("band_layers", 0)),
+                                         max(0, rf.get("band_window", 0)))) if shape else float("nan")
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],
+            "band_layers": rf.get("band_layers", 0), "band_window": rf.get("band_window", 0),
             "tail_tokens": tail, "sink_tokens": rf["sink_tokens"], "repeats": repeats, "threads": None,
             "maps_bytes": rf.get("maps_bytes", 0), "rows": [asdict(r) for r in rows]}
 

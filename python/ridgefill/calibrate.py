@@ -35,8 +35,8 @@ from . import data, guard, kvproj, ridge
 from ._lib import lib
 from ._version import __version__
 from .errors import RidgefillError
-from .ggufio import (MAP_KINDS, MAP_TYPES, MAX_CONTEXT_TOKENS, MapFile, _AtomicOutput, field_value, fingerprint,
-                     write_maps)
+from .ggufio import (MAP_KINDS, MAP_TYPES, MAX_CONTEXT_TOKENS, MapFile, _AtomicOutput, check_band, field_value,
+                     fingerprint, write_maps)
 from .modelfile import check_gguf
 
 
@@ -56,6 +56,8 @@ class CalibConfig:
     val_fraction: float = 0.1
     map_type: str = "f32"
     sink_tokens: int = 4
+    band_layers: int = 0                              # the runtime's default windowed band below the split (0: none)
+    band_window: int = 0                              # positions a band layer of a filled row attends to
     threads: int | None = None
     diag_tokens: int = 1024                           # held-out tokens sampled (in 32-row windows): K/V diagnostics, guard
     seed: int = 0
@@ -236,6 +238,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         raise RidgefillError("--lambda auto needs held-out tokens: set --val-fraction > 0")
     if cfg.lam != "auto" and not (isinstance(cfg.lam, (int, float)) and cfg.lam >= 0):
         raise RidgefillError(f"--lambda must be 'auto' or a number >= 0, not {cfg.lam!r}")
+    check_band(cfg.split_layer, cfg.band_layers, cfg.band_window)   # before the forward pass, not after
     if not 0 <= cfg.sink_tokens < cfg.ctx - 1:
         raise RidgefillError(f"--sink-tokens must be in 0..{cfg.ctx - 2}")
     if cfg.sink_tokens < C:
@@ -329,7 +332,8 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
                 extra={"calib_ctx": cfg.ctx, "val_tokens": val.n, "calib_read_order": cfg.read_order,
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
-                version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data)
+                version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data,
+                band_layers=cfg.band_layers, band_window=cfg.band_window)
     if out_path is not None:
         with clock("write"):
             write_maps(out_path, m)

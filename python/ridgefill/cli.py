@@ -65,7 +65,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                       tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
                       threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress,
-                      map_kind=args.map_kind, context_tokens=args.context_tokens, read_order=args.read_order)
+                      map_kind=args.map_kind, context_tokens=args.context_tokens, read_order=args.read_order,
+                      band_layers=args.band_layers, band_window=args.band_window if args.band_layers else 0)
     m = calibrate(cfg, args.output)
     print(diagnostics_table(m))
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
@@ -138,7 +139,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
               f"tail {tail}, sink {args.sink_tokens}")
         print(bench.HEADER)
         result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads,
-                           n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on")
+                           n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on",
+                           band_layers=args.band_layers, band_window=args.band_window)
         result.update(n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn)
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
     _write(bench, result, args)
@@ -167,6 +169,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               texts=args.text or [], depths=args.depths, needle_trials=args.needle_trials,
                               key_gap=args.key_gap, compare=args.compare_maps, guard=args.guard,
                               guard_period=args.guard_period, skip_tokens=args.skip_tokens,
+                              band_layers=args.band_layers, band_window=args.band_window,
                               threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
@@ -227,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--val-fraction", type=float, default=0.1, help="fraction of chunks held out (default 0.1)")
     s.add_argument("--map-type", choices=["f32", "f16", "q8_0"], default="f32", help="storage type of W")
     s.add_argument("--sink-tokens", type=int, default=4, help="first positions of each chunk left out (default 4)")
+    s.add_argument("--band-layers", type=int, default=0, metavar="B",
+                   help="record a windowed band as the runtime's default: on filled rows the B layers below the split "
+                        "run in full, attending to the sink and --band-window latest positions (default 0: none)")
+    s.add_argument("--band-window", type=int, default=256, metavar="W",
+                   help="latest positions a band layer of a filled row attends to (default 256)")
     s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -261,6 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-process: layers to offload to the GPU (or RPC) device, as llama.cpp's -ngl (default 0)")
     s.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="in-process: flash attention (default off, as llama-cpp-python)")
+    s.add_argument("--band-layers", type=int, default=None, metavar="B",
+                   help="windowed band: B layers below the split run on filled rows over the sink and a window "
+                        "(default: the maps' own; 0: none)")
+    s.add_argument("--band-window", type=int, default=None, metavar="W",
+                   help="latest positions a band layer of a filled row attends to (default: the maps' own)")
     s.add_argument("--guard-cost", action="store_true",
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
@@ -281,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--guard-period", type=int, default=None, metavar="N",
                    help="with --guard or --task guard: positions between the guard's checks after the probe "
                         "(0: the probe only; default: the runtime's, 1024)")
+    s.add_argument("--band-layers", type=int, default=None, metavar="B",
+                   help="windowed band: B layers below the split run on filled rows over the sink and a window "
+                        "(default: the maps' own; 0: none)")
+    s.add_argument("--band-window", type=int, default=None, metavar="W",
+                   help="latest positions a band layer of a filled row attends to (default: the maps' own)")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle, splice or guard (the guard's verdicts only) (repeatable or "
                         "comma-separated)")

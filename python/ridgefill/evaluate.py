@@ -53,6 +53,8 @@ class EvalConfig:
     compare: list[str] = field(default_factory=list)  # other map files of the model, each a mode "maps:<name>"
     guard: bool = False                    # add the mode "guard": RidgeFill with the out-of-distribution guard
     guard_period: int | None = None        # positions between the guard's checks (None: the runtime's 1024)
+    band_layers: int | None = None         # the windowed band (None: the maps' own; 0: none)
+    band_window: int | None = None
     threads: int | None = None
     seed: int = 0
 
@@ -83,7 +85,7 @@ class Evaluator:
         self.llm = Llama(str(cfg.model), maps_path=cfg.maps, tail_tokens=cfg.tail_tokens,
                          sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
                          n_threads=threads, n_threads_batch=threads, verbose=False, guard=False,
-                         guard_period=cfg.guard_period)
+                         guard_period=cfg.guard_period, band_layers=cfg.band_layers, band_window=cfg.band_window)
         n_train = self.llm._model.n_ctx_train()
         for n in cfg.lengths:
             if n > n_train:

@@ -16,6 +16,10 @@ Guard:    optional (files calibrated before it lack them; the runtime's guard is
           held-out relative squared error Σ|ŷ−y|²/Σ|y|², parts x, or K then V); guard.threshold (f32);
           guard.scores (f32) the held-out checks' scores, sorted; guard.layer_error_q (f32, per late layer and
           part: the 50/90/100% quantiles of the held-out checks' error over layer_error); guard.rule (string).
+Band:     optional ridgefill.band_layers, band_window (u32; absent: 0, no band): the runtime's default windowed
+          band (the band_layers layers below split_layer run on the filled rows with attention over the sink and
+          band_window latest positions; the maps read their output).  A reader that ignores them computes those
+          layers exactly: slower, never wrong.
 """
 from __future__ import annotations
 
@@ -113,6 +117,8 @@ class MapFile:
     kv_dims: tuple[int, int] | None = None   # kv: (d_k, d_v), the rows of K and of V in W
     format_version: int = FORMAT_VERSION     # of the file read (write_maps always writes FORMAT_VERSION)
     guard: Guard | None = None               # the out-of-distribution guard's data (None: no guard)
+    band_layers: int = 0                     # the runtime's default windowed band below split_layer (0: none)
+    band_window: int = 0                     # positions a band layer of a filled row attends to, besides the sink
 
     @property
     def late_layers(self) -> list[int]:
@@ -128,6 +134,7 @@ class MapFile:
             raise RidgefillError(f"context_tokens {self.context_tokens} outside 0..{MAX_CONTEXT_TOKENS}")
         if not 1 <= self.split_layer <= self.n_layer - 1:
             raise RidgefillError(f"split_layer {self.split_layer} outside 1..{self.n_layer - 1}")
+        check_band(self.split_layer, self.band_layers, self.band_window)
         if sorted(self.weights) != self.late_layers or sorted(self.biases) != self.late_layers:
             raise RidgefillError(f"maps must cover layers {self.split_layer + 1}..{self.n_layer - 1} exactly")
         L, n_ctx = len(self.late_layers), self.context_tokens + 1
@@ -164,6 +171,14 @@ class MapFile:
                                      f"(expected {n} positive), threshold {g.threshold}")
 
 
+def check_band(split_layer: int, band_layers: int, band_window: int) -> None:
+    if not 0 <= band_layers <= split_layer:
+        raise RidgefillError(f"band_layers {band_layers} outside 0..{split_layer} (the band is made of layers below the "
+                             f"split layer {split_layer})")
+    if band_layers > 0 and band_window < 1:
+        raise RidgefillError(f"band_window {band_window}: a band of {band_layers} layers needs a window of at least 1")
+
+
 def _add_keys(w: GGUFWriter, m: MapFile) -> None:
     w.add_uint32(PREFIX + "format_version", FORMAT_VERSION)
     w.add_string(PREFIX + "map_kind", m.map_kind)
@@ -180,6 +195,9 @@ def _add_keys(w: GGUFWriter, m: MapFile) -> None:
     w.add_uint32(PREFIX + "sink_tokens", int(m.sink_tokens))
     w.add_string(PREFIX + "base_fingerprint", m.base_fingerprint)
     w.add_string(PREFIX + "map_type", m.map_type)
+    if m.band_layers > 0:
+        w.add_uint32(PREFIX + "band_layers", int(m.band_layers))
+        w.add_uint32(PREFIX + "band_window", int(m.band_window))
     if m.guard is not None:
         g = m.guard
         w.add_uint32(PREFIX + "guard.window", int(g.window))
@@ -286,7 +304,8 @@ def read_maps(path: str | Path) -> MapFile:
         arr = dequantize(t.data, t.tensor_type).astype(np.float32)
         (weights if m.group(2) == "weight" else biases)[int(m.group(1))] = arr
     known = {"version", "split_layer", "n_layer", "prior", "ridge_lambda", "calib_tokens", "sink_tokens",
-             "base_fingerprint", "map_type", "format_version", "map_kind", "context_tokens", "kv_dims"}
+             "base_fingerprint", "map_type", "format_version", "map_kind", "context_tokens", "kv_dims",
+             "band_layers", "band_window"}
     diag, extra = {}, {}
     guard = None
     if get("guard.window") is not None:
@@ -309,7 +328,8 @@ def read_maps(path: str | Path) -> MapFile:
                 calib_tokens=int(get("calib_tokens")), sink_tokens=int(get("sink_tokens")),
                 base_fingerprint=get("base_fingerprint"), map_type=get("map_type"),
                 weights=weights, biases=biases, diagnostics=diag, extra=extra, version=get("version"),
-                map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version, guard=guard)
+                map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version, guard=guard,
+                band_layers=int(get("band_layers", 0)), band_window=int(get("band_window", 0)))
     m.validate()
     return m
 
@@ -389,6 +409,9 @@ def info_text(path: str | Path) -> str:
              f"map_kind:         {kind}",
              f"context_tokens:   {m.context_tokens} (features: split-layer states of the token and "
              f"{m.context_tokens} before it, width {D})",
+             f"band:             " + (f"layers {m.split_layer - m.band_layers}..{m.split_layer - 1} of filled rows "
+                                      f"attend to the sink and their {m.band_window} latest positions"
+                                      if m.band_layers else "none"),
              f"prior:            {m.prior}",
              f"map_type:         {m.map_type}",
              f"calib_tokens:     {m.calib_tokens}",

@@ -23,6 +23,10 @@ rows each prompt would fill exactly and compares the maps' predictions with them
 `guard_period` positions); a prompt the maps do not fit is computed exactly.  `guard_result()` says what it
 decided for the last prompt.
 
+A windowed band (`band_layers`, `band_window`; default: the maps' own, see `ridgefill calibrate --band-layers`):
+on the filled rows the band_layers layers below the split layer run in full, attending only to the sink and
+their band_window latest positions, and the maps read their output (docs/maps.md, "A windowed band").
+
 For the eval harness: `prompt_logits(tokens, logits_from)` returns the logits of the prompt's tail
 rows, and `splice="k"|"v"|"kv"|"kscale"` (debug) keeps exact keys, values, both, or the exact key
 scale in the filled cells (see cpp/ridgefill.h: llama_ridgefill_set_splice).
@@ -45,7 +49,8 @@ SEQ = 0  # llama_cpp.Llama runs one sequence
 class Llama(llama_cpp.Llama):
     def __init__(self, model_path: str, *, ridgefill: bool = True, maps_path: str | None = None,
                  tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None,
-                 rpc_servers: str | None = None, guard: bool = True, guard_period: int | None = None, **kwargs):
+                 rpc_servers: str | None = None, guard: bool = True, guard_period: int | None = None,
+                 band_layers: int | None = None, band_window: int | None = None, **kwargs):
         check_gguf(model_path)
         if maps_path is not None:
             check_gguf(maps_path)
@@ -65,6 +70,7 @@ class Llama(llama_cpp.Llama):
                                           str(model_path).encode() if maps_path else None))
         check(h.llama_ridgefill_set_sink_tokens(self.ctx, -1 if sink_tokens is None else sink_tokens))
         self.sink_tokens = h.llama_ridgefill_sink_tokens(self.ctx)  # None: the maps' calibrated sink
+        self.set_band(band_layers, band_window)
         self.set_splice(splice)
         self.set_ridgefill(ridgefill)
         self.set_guard(guard, guard_period)
@@ -84,6 +90,26 @@ class Llama(llama_cpp.Llama):
     @property
     def split_layer(self) -> int:
         return lib().llama_ridgefill_split_layer(self.ctx)
+
+    @property
+    def band(self) -> tuple[int, int]:
+        """(band_layers, band_window) in effect; (0, 0): no band."""
+        layers, window = ctypes.c_int32(), ctypes.c_int32()
+        lib().llama_ridgefill_band(self.ctx, ctypes.byref(layers), ctypes.byref(window))
+        return layers.value, window.value
+
+    def set_band(self, band_layers: int | None = None, band_window: int | None = None) -> None:
+        """The windowed band for the next prompts (None: the maps' own value; band_layers 0: no band).  Cells the
+        old setting filled would not be what this one fills: the cache is dropped."""
+        for name, v in (("band_layers", band_layers), ("band_window", band_window)):
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise RidgefillError(f"{name} must be an integer >= 0 (or None: the maps' own), not {v!r}")
+        before = self.band if hasattr(self, "_band_set") else None
+        check(lib().llama_ridgefill_set_band(self.ctx, -1 if band_layers is None else band_layers,
+                                             -1 if band_window is None else band_window))
+        self._band_set = True
+        if before is not None and before != self.band:
+            self.reset()
 
     @property
     def map_kind(self) -> str:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The windowed band through the runtime (docs/maps.md, "The windowed band in the runtime").
+#   band_report.sh calibrate          split-20 maps (input-c0, as maps_report.sh calibrates them) and the same maps
+#                                     with a recorded band of layers 10-19, window W (default 256)
+#   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact, split 20 beside it
+#   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band, split 20, exact
+#   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
+source "$(dirname "$0")/report-env.sh"
+OUT=docs/data M=build/maps
+W=${W:-256}
+B=${B:-10}
+PROMPTS=${PROMPTS:-16}
+PLAIN=$M/$TAG-s20-input-c0.gguf
+BAND=$M/$TAG-s20-input-c0-band${B}w$W.gguf
+mkdir -p "$OUT" "$M"
+what=$1; shift
+case $what in
+calibrate)
+    [ -f "$PLAIN" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 1024 -o "$PLAIN" --no-progress
+    [ -f "$BAND" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 1024 --band-layers "$B" --band-window "$W" \
+        -o "$BAND" --no-progress ;;
+eval8k)
+    d=$1
+    "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task kl,longdep --lengths 8192 \
+        --tail-tokens 1024 --prompts "$PROMPTS" --domains "$d" \
+        --json "$OUT/band-$TAG-b${B}w$W-8k-$d.json" | tee "$OUT/band-$TAG-b${B}w$W-8k-$d.md" ;;
+needle)
+    "${RF[@]}" eval "$FILE" --maps "$BAND" --compare-maps "$PLAIN" --task needle --lengths 2048 --tail-tokens 256 \
+        --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
+        --json "$OUT/band-$TAG-b${B}w$W-needle.json" | tee "$OUT/band-$TAG-b${B}w$W-needle.md" ;;
+server)
+    port=${PORT:-8089}
+    .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c 8192 -np 1 \
+        -t "$(nproc)" --port "$port" > build/band-server.log 2>&1 &
+    pid=$!
+    trap 'kill $pid' EXIT
+    for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
+    "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths 8191 -r 3 \
+        --json "$OUT/bench-server-$TAG-b${B}w$W-8k.json" ;;
+*) echo "usage: $0 calibrate|eval8k DOMAIN|needle|server" >&2; exit 2 ;;
+esac

@@ -1,0 +1,151 @@
+"""The windowed band: on filled rows the layers just below the split run in full over the sink and a window of
+positions, and the maps read their output (cpp/ridgefill-runtime.cpp, ggml-patches/0015-0016)."""
+import dataclasses
+import sys
+
+import numpy as np
+import pytest
+import requests
+from conftest import ROOT, n_threads, run_cli
+
+import ridgefill
+from ridgefill.errors import RidgefillError
+from ridgefill.ggufio import read_maps, write_maps
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import fill_sim  # noqa: E402
+
+TAIL = 100
+
+
+def _llm(model, maps, **kw):
+    return ridgefill.Llama(str(model), maps_path=str(maps), tail_tokens=TAIL, n_ctx=1200, n_batch=1200,
+                           n_threads=n_threads(), n_threads_batch=n_threads(), verbose=False, guard=False, **kw)
+
+
+def _kl(p_logits, q_logits) -> float:
+    lp, lq = fill_sim.log_softmax(p_logits), fill_sim.log_softmax(q_logits)
+    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+
+
+@pytest.fixture(scope="module")
+def band_maps(maps20, tmp_path_factory):
+    """maps20 with a default band of 10 layers and a 256-position window recorded in the file."""
+    m = dataclasses.replace(read_maps(maps20), band_layers=10, band_window=256)
+    out = tmp_path_factory.mktemp("band") / "band20.gguf"
+    write_maps(out, m)
+    return out
+
+
+def test_window_wider_than_the_prompt_is_the_plain_fill(smollm2, maps20, prose_tokens):
+    """A band whose window covers the whole prompt attends as the exact layers do: bit for bit the fill without a
+    band.  A narrow window changes it; the counts of filled and exact rows do not change."""
+    toks = prose_tokens[:1100]
+    llm = _llm(smollm2, maps20)
+    assert llm.band == (0, 0)
+    plain = llm.prompt_logits(toks, len(toks) - TAIL)
+    counts = llm.ridgefill_counts()
+    llm.set_band(10, 100000)
+    assert llm.band == (10, 100000)
+    wide = llm.prompt_logits(toks, len(toks) - TAIL)
+    assert np.array_equal(wide, plain) and llm.ridgefill_counts() == counts
+    llm.set_band(10, 32)
+    narrow = llm.prompt_logits(toks, len(toks) - TAIL)
+    assert llm.ridgefill_counts() == counts
+    llm.set_ridgefill(False)
+    exact = llm.prompt_logits(toks, len(toks) - TAIL)
+    assert _kl(plain, narrow) > 0.05 * _kl(exact, plain)
+
+
+def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
+    """The runtime's band (layers 15-19, window 32, maps from 20) gives fill_sim's band5w32 logits (docs/maps.md's
+    offline numbers), far closer to them than the fill moves the logits; and across ubatch cuts it is the same."""
+    from ridgefill.calibrate import LayerInputs
+    toks = prose_tokens[:1100]
+    model = fill_sim.NumpyLlama(str(smollm2))
+    sink = read_maps(maps20).sink_tokens
+    acts = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
+        np.asarray(toks, dtype=np.int32))
+    v = fill_sim.parse_variant(f"band5w32-{maps20}")
+    sim_exact, got, _ = fill_sim.run_prompt(model, 15, acts, TAIL, sink, [v])
+
+    llm = _llm(smollm2, maps20, band_layers=5, band_window=32)
+    rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
+    llm.set_ridgefill(False)
+    rt_exact = llm.prompt_logits(toks, len(toks) - TAIL)
+    effect = _kl(rt_exact, rt_band)
+    assert effect > 1e-3
+    assert _kl(rt_band, got[v.name]) < 0.2 * effect
+    assert abs(_kl(sim_exact, got[v.name]) - effect) < 0.25 * effect
+
+    cut = _llm(smollm2, maps20, band_layers=5, band_window=32, n_ubatch=96)  # windows span several ubatches
+    assert _kl(rt_band, cut.prompt_logits(toks, len(toks) - TAIL)) < 1e-3 * effect + 1e-6
+
+
+def test_band_from_the_map_file_and_overrides(smollm2, band_maps, prose_tokens):
+    """A band recorded in the maps is the runtime's default; -1/None restore it, 0 turns it off; `ridgefill info`
+    shows it; a changed band drops the cache (its cells would not be what the new band fills)."""
+    llm = _llm(smollm2, band_maps)
+    assert llm.band == (10, 256)
+    llm.set_band(0)
+    assert llm.band == (0, 256)
+    llm.set_band(None, 64)
+    assert llm.band == (10, 64)
+    llm.eval(prose_tokens[:600])
+    assert llm.n_tokens == 600
+    llm.set_band()
+    assert llm.band == (10, 256) and llm.n_tokens == 0
+    info = run_cli("ridgefill", "info", str(band_maps))
+    assert info.returncode == 0 and "band:             layers 10..19 of filled rows attend to the sink and their 256 " \
+        "latest positions" in info.stdout
+
+
+def test_bad_bands_are_refused(smollm2, gemma3, maps20, gemma_maps, tmp_path):
+    llm = _llm(smollm2, maps20)
+    for layers, window, message in ((21, 64, "band_layers 21 outside 0..20"),
+                                    (5, 0, "band_window 0: a band of 5 layers needs a window of at least 1")):
+        with pytest.raises(RidgefillError, match=message):
+            llm.set_band(layers, window)
+    assert llm.band == (0, 0)                                  # a refused band leaves the old one
+    with pytest.raises(RidgefillError, match="band_layers must be an integer >= 0"):
+        llm.set_band(-2)
+    with pytest.raises(RidgefillError, match="a band needs a model without sliding-window attention; gemma3"):
+        ridgefill.Llama(str(gemma3), maps_path=str(gemma_maps), n_ctx=512, verbose=False, band_layers=2,
+                        band_window=64)
+    with pytest.raises(RidgefillError, match="band_layers 21 outside 0..20"):
+        write_maps(tmp_path / "bad.gguf", dataclasses.replace(read_maps(maps20), band_layers=21, band_window=64))
+    from ridgefill.calibrate import CalibConfig, calibrate
+    with pytest.raises(RidgefillError, match="band_window 0: a band of 3 layers"):
+        calibrate(CalibConfig(model=smollm2, split_layer=20, band_layers=3, band_window=0), tmp_path / "x.gguf")
+    r = run_cli("ridgefill-server", "-m", str(smollm2), "--port", "0", "-c", "512", "--ridgefill-maps", str(maps20),
+                "--ridgefill-band-layers", "21", timeout=120)
+    assert r.returncode != 0 and "band_layers 21 outside 0..20" in r.stderr + r.stdout, r.stderr[-2000:]
+
+
+def test_server_band(smollm2, maps20, prose_tokens):
+    """ridgefill-server takes the band from its flags, reports it in /props, and fills as the bindings do."""
+    from ridgefill.server import Server
+    toks = prose_tokens[:1100]
+    llm = _llm(smollm2, maps20, band_layers=10, band_window=64)
+    out = llm.create_completion(toks, max_tokens=8, temperature=0.0)["choices"][0]["text"]
+    with Server(smollm2, "-c", "2048", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--ridgefill-maps",
+                str(maps20), "--ridgefill-tail", str(TAIL), "--ridgefill-band-layers", "10",
+                "--ridgefill-band-window", "64") as s:
+        rf = s.get("/props")["ridgefill"]
+        assert (rf["band_layers"], rf["band_window"]) == (10, 64)
+        r = requests.post(s.url + "/completion", json={"prompt": toks, "n_predict": 8, "temperature": 0.0,
+                                                       "cache_prompt": False}, timeout=600).json()
+    assert r["timings"]["ridgefill_filled_n"] == len(toks) - TAIL - 4
+    assert r["content"] == out
+
+
+def test_band_flops():
+    """bench.flops' band term is the attention the filled rows skip: for the j-th filled row, j - window keys."""
+    from ridgefill.bench import Shape, flops
+    shape = Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152, n_ctx_train=8192)
+    n, tail, sink, s, B, W = 4096, 512, 4, 20, 10, 256
+    skipped = sum(max(0, j - W) for j in range(1, n - tail - sink + 1))
+    per_key = 2 * 2 * shape.n_head * shape.head_dim
+    assert flops(shape, n, s, tail, sink, band_layers=B, band_window=W) == \
+        pytest.approx(flops(shape, n, s, tail, sink) - B * per_key * skipped, rel=1e-12)
+    assert flops(shape, n, s, tail, sink, band_layers=B, band_window=n) == flops(shape, n, s, tail, sink)
