@@ -28,7 +28,8 @@ def texts(smollm2):
     brown, code = data.text("brown"), data.text("python-code")
     tok = lambda s: llm.tokenize(s.encode(), add_bos=False)  # noqa: E731
     bos = [llm.token_bos()]
-    out = {"prose": bos + tok(brown[len(brown) // 2:][:12000])[:1999], "code": bos + tok(code[200000:212000])[:1999]}
+    out = {"prose": bos + tok(brown[len(brown) // 2:][:12000])[:1999], "code": bos + tok(code[200000:212000])[:1999],
+           "code2": bos + tok(code[400000:412000])[:1999]}
     del llm
     return out
 
@@ -202,7 +203,7 @@ def test_bad_settings_and_files_are_refused(smollm2, guarded20, tmp_path):
 def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
     from llama_cpp import Llama
     vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
-    prose, code = (vocab.detokenize(texts[k][1:1500]).decode(errors="ignore") for k in ("prose", "code"))
+    prose, code, code2 = (vocab.detokenize(texts[k][1:1500]).decode(errors="ignore") for k in ("prose", "code", "code2"))
     del vocab
     with Server(smollm2, "-c", "4096", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--metrics",
                 "--ridgefill-maps", str(guarded20), "--ridgefill-tail", str(TAIL)) as srv:
@@ -235,10 +236,13 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
         assert "RidgeFill guard: the maps do not fit this prompt" in srv.log()
 
         # the fill record is what the runtime did: a fallback's cells and the probe's rows are exact, so an exact
-        # request reuses them, here through the RAM prompt cache (each prompt displaces the other from the slot)
-        c, p = "Guard record C.\n" + code, "Guard record P.\n" + prose
+        # request reuses them, here through the RAM prompt cache (each prompt displaces the other from the slot).
+        # C is code not sent before that fails the first check (the guard's verdict depends on the probe's rows: a
+        # header of English words in front of code moves its fallback to the second check, after filled rows)
+        c, p = code2, "Guard record P.\n" + prose
         t = timings(c, cache_prompt=True)
-        assert t["ridgefill_guard"] == "fell_back" and t["cache_n"] == 0
+        assert t["ridgefill_guard"] == "fell_back" and t["ridgefill_guard_fell_back_at"] == SINK + W, t
+        assert t["cache_n"] == 0 and t["ridgefill_filled_n"] == 0
         n_c = t["prompt_n"]
         t = timings(p, cache_prompt=True)
         assert t["ridgefill_guard"] == "passed" and t["cache_n"] <= SINK              # a shared header at most
