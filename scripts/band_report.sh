@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The windowed band through the runtime (docs/maps.md, "The windowed band in the runtime").
 #   band_report.sh calibrate          split-20 maps (input-c0, as maps_report.sh calibrates them) and the same maps
-#                                     with a recorded band of layers 10-19, window W (default 256)
-#   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact, split 20 beside it
-#   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band, split 20, exact
+#                                     with a recorded band of B layers (default 10: layers 10-19), window W (256)
+#   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact
+#                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
+#   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
@@ -17,15 +18,18 @@ what=$1; shift
 case $what in
 calibrate)
     [ -f "$PLAIN" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 1024 -o "$PLAIN" --no-progress
-    [ -f "$BAND" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 1024 --band-layers "$B" --band-window "$W" \
-        -o "$BAND" --no-progress ;;
+    # the same maps with the band recorded (what `calibrate ... --band-layers B --band-window W` writes, without
+    # calibrating twice)
+    [ -f "$BAND" ] || .venv/bin/python -c "import dataclasses, sys; from ridgefill.ggufio import read_maps, write_maps
+write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=int(sys.argv[3]), band_window=int(sys.argv[4])))" \
+        "$PLAIN" "$BAND" "$B" "$W" ;;
 eval8k)
     d=$1
     "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task kl,longdep --lengths 8192 \
         --tail-tokens 1024 --prompts "$PROMPTS" --domains "$d" \
         --json "$OUT/band-$TAG-b${B}w$W-8k-$d.json" | tee "$OUT/band-$TAG-b${B}w$W-8k-$d.md" ;;
 needle)
-    "${RF[@]}" eval "$FILE" --maps "$BAND" --compare-maps "$PLAIN" --task needle --lengths 2048 --tail-tokens 256 \
+    "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task needle --lengths 2048 --tail-tokens 256 \
         --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
         --json "$OUT/band-$TAG-b${B}w$W-needle.json" | tee "$OUT/band-$TAG-b${B}w$W-needle.md" ;;
 server)

@@ -149,3 +149,20 @@ def test_band_flops():
     assert flops(shape, n, s, tail, sink, band_layers=B, band_window=W) == \
         pytest.approx(flops(shape, n, s, tail, sink) - B * per_key * skipped, rel=1e-12)
     assert flops(shape, n, s, tail, sink, band_layers=B, band_window=n) == flops(shape, n, s, tail, sink)
+
+
+def test_eval_takes_the_band(smollm2, maps20, tmp_path):
+    """`ridgefill eval --band-layers/--band-window` override the maps' band, and the result says which band ran."""
+    import json
+    out = tmp_path / "eval.json"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl", "--lengths", "768",
+                "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare", "--band-layers", "10",
+                "--band-window", "32", "-t", str(n_threads()), "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "split layer 20 (band: layers 10..19, window 32)" in r.stdout
+    res = json.loads(out.read_text())
+    assert res["band"] == [10, 32] and res["config"]["band_layers"] == 10
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl", "--lengths", "768",
+                "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare", "--band-layers", "10",
+                "-t", str(n_threads()))
+    assert r.returncode != 0 and "band_window 0: a band of 10 layers needs a window" in r.stderr + r.stdout

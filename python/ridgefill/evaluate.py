@@ -329,7 +329,7 @@ def run(cfg: EvalConfig, progress=print) -> dict:
     modes = (["ridgefill"] + (["guard"] if cfg.guard else []) +
              ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare))
     result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
-              "split_layer": ev.llm.split_layer, "domains": {}}
+              "split_layer": ev.llm.split_layer, "band": list(ev.llm.band), "domains": {}}
     for name, text in domains(cfg, ev, progress).items():
         dom = result["domains"][name] = {}
         if "guard" in cfg.tasks:
@@ -350,8 +350,12 @@ def run(cfg: EvalConfig, progress=print) -> dict:
 def report(result: dict) -> str:
     """The result as plain-text tables (also Markdown-compatible)."""
     cfg = result["config"]
-    out = [f"model {Path(result['model']).name}, split layer {result['split_layer']}, tail {cfg['tail_tokens']}, "
-           f"sink {cfg['sink_tokens']}; means with 95% bootstrap intervals, accuracies with Wilson intervals", ""]
+    band = result.get("band") or [0, 0]
+    out = [f"model {Path(result['model']).name}, split layer {result['split_layer']}"
+           + (f" (band: layers {result['split_layer'] - band[0]}..{result['split_layer'] - 1}, window {band[1]})"
+              if band[0] else "")
+           + f", tail {cfg['tail_tokens']}, sink {cfg['sink_tokens']}; means with 95% bootstrap intervals, "
+           f"accuracies with Wilson intervals", ""]
     for name, dom in result["domains"].items():
         for key, t in dom.items():
             if key.startswith("guard@"):
