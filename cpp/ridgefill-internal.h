@@ -85,8 +85,22 @@ struct ridgefill_context {
 
     int32_t sink() const { return sink_tokens >= 0 ? sink_tokens : (maps ? maps->sink_tokens : 0); }
     int32_t band_layers = -1, band_window = -1;  // -1: the maps' own
-    int32_t band() const { return band_layers >= 0 ? band_layers : (maps ? maps->band_layers : 0); }
-    int32_t window() const { return band_window >= 0 ? band_window : (maps ? maps->band_window : 0); }
+    bool    band_cost_warned = false;             // the warning that a band without flash attention saves nothing
+    int32_t band() const { return band_of(band_layers, maps.get()); }
+    int32_t window() const { return window_of(band_layers, band_window, maps.get()); }
+    // the band in effect for overrides (-1: the maps' own) and maps; a band without a window anywhere gets
+    // RIDGEFILL_BAND_WINDOW (the best measured trade at 8K: docs/maps.md, "The windowed band in the runtime")
+    static constexpr int32_t RIDGEFILL_BAND_WINDOW = 1024;
+    static int32_t band_of(int32_t layers, const ridgefill_maps * m) { return layers >= 0 ? layers : (m ? m->band_layers : 0); }
+    static int32_t window_of(int32_t layers, int32_t window, const ridgefill_maps * m) {
+        if (window >= 0) {
+            return window;
+        }
+        if (m && m->band_window > 0) {
+            return m->band_window;
+        }
+        return band_of(layers, m) > 0 ? RIDGEFILL_BAND_WINDOW : 0;
+    }
     std::map<llama_seq_id, llama_pos> exact_from; // per sequence: positions >= it are the exact tail
 
     // tokens per sequence that took each path since the last reset

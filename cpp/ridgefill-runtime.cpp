@@ -923,6 +923,17 @@ static int32_t check_band(const llama_context * ctx, int32_t layers, int32_t win
     return 0;
 }
 
+// the window is a mask: only an attention kernel that skips masked positions (the CPU's flash attention) turns it
+// into a saving; without one the band layers cost what exact layers cost (said once per context)
+static void warn_band_cost(llama_context * ctx, int32_t layers, const ridgefill_maps & maps) {
+    if (layers > 0 && !ctx->get_cparams().flash_attn && !state(ctx).band_cost_warned) {
+        state(ctx).band_cost_warned = true;
+        LLAMA_LOG_WARN("ridgefill: band of %d layers with flash attention off: their attention still computes every "
+                       "position (the window only masks), so the band saves nothing over split layer %d alone; "
+                       "use flash attention (-fa on)\n", layers, maps.split_layer);
+    }
+}
+
 int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, const char * model_path) {
     if (!maps_path) {
         return fail("no maps path given");
@@ -942,10 +953,11 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
             return -1;
         }
         const ridgefill_context & rf = state(ctx);
-        if (check_band(ctx, rf.band_layers >= 0 ? rf.band_layers : maps->band_layers,
-                       rf.band_window >= 0 ? rf.band_window : maps->band_window, *maps) != 0) {
+        if (check_band(ctx, ridgefill_context::band_of(rf.band_layers, maps.get()),
+                       ridgefill_context::window_of(rf.band_layers, rf.band_window, maps.get()), *maps) != 0) {
             return -1;
         }
+        warn_band_cost(ctx, ridgefill_context::band_of(rf.band_layers, maps.get()), *maps);
         std::string where;  // the buffers, one per device holding maps: "1.2 MiB on RPC0[host:port], ..."
         for (ggml_backend_buffer_t buf : maps->bufs) {
             char part[160];
@@ -1015,11 +1027,11 @@ int32_t llama_ridgefill_set_band(llama_context * ctx, int32_t n_layers, int32_t 
     if (n_layers < -1 || window < -1) {
         return fail("band_layers and band_window must be >= 0 (or -1: the maps' own)");
     }
-    const int32_t layers = n_layers >= 0 ? n_layers : rf.maps->band_layers;
-    const int32_t w = window >= 0 ? window : rf.maps->band_window;
-    if (check_band(ctx, layers, w, *rf.maps) != 0) {
+    const int32_t layers = ridgefill_context::band_of(n_layers, rf.maps.get());
+    if (check_band(ctx, layers, ridgefill_context::window_of(n_layers, window, rf.maps.get()), *rf.maps) != 0) {
         return -1;
     }
+    warn_band_cost(ctx, layers, *rf.maps);
     rf.band_layers = n_layers;
     rf.band_window = window;
     return 0;

@@ -58,7 +58,8 @@ LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);
 // filled approximately, the n_layers layers below the split layer run in full (projections, attention, FFN), but
 // their attention sees only the sink positions and the row's `window` latest positions (itself included); the maps
 // read the band's output.  Rows computed exactly (sink, tail, decode) attend as always.  -1 restores the maps'
-// value.  Needs loaded maps and a model without sliding-window attention (not gemma3).
+// value; a band whose window is set nowhere attends over 1024 positions.  Needs loaded maps and a model without
+// sliding-window attention (not gemma3).  The window saves time only with flash attention (it is a mask).
 LLAMA_API int32_t llama_ridgefill_set_band(struct llama_context * ctx, int32_t n_layers, int32_t window);
 // The band in effect; returns -1 (and -1s) without maps.  NULLs allowed.
 LLAMA_API int32_t llama_ridgefill_band(const struct llama_context * ctx, int32_t * n_layers, int32_t * window);

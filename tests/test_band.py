@@ -162,7 +162,38 @@ def test_eval_takes_the_band(smollm2, maps20, tmp_path):
     assert "split layer 20 (band: layers 10..19, window 32)" in r.stdout
     res = json.loads(out.read_text())
     assert res["band"] == [10, 32] and res["config"]["band_layers"] == 10
+    # maps without a band of their own and no --band-window: the default window
     r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl", "--lengths", "768",
                 "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare", "--band-layers", "10",
-                "-t", str(n_threads()))
-    assert r.returncode != 0 and "band_window 0: a band of 10 layers needs a window" in r.stderr + r.stdout
+                "-t", str(n_threads()), "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(out.read_text())["band"] == [10, 1024]
+
+
+def test_band_without_flash_attention_warns(smollm2, maps20):
+    """The window is a mask: only flash attention skips what it masks, so a band with it off saves nothing over the
+    split alone.  The bindings and the server say so; with flash attention on they do not."""
+    import warnings
+
+    from ridgefill.server import Server
+    with pytest.warns(RuntimeWarning, match="saves nothing over split layer 20 alone"):
+        _llm(smollm2, maps20, band_layers=10, band_window=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _llm(smollm2, maps20, band_layers=10, band_window=64, flash_attn=True)
+        _llm(smollm2, maps20)                                                   # no band: nothing to say
+    for fa, warned in (("off", True), ("on", False)):
+        with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "-fa", fa, "--ridgefill-maps",
+                    str(maps20), "--ridgefill-band-layers", "10", "--ridgefill-band-window", "64") as s:
+            assert s.get("/props")["ridgefill"]["band_layers"] == 10
+            assert ("saves nothing over split layer 20 alone" in s.log()) == warned
+
+
+def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path):
+    """`ridgefill calibrate --band-layers 10` (README) writes the band with the default window of 1024 positions."""
+    out = tmp_path / "band.gguf"
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "1024", "-c", "512", "--band-layers", "10",
+                "-o", str(out), "--no-progress", "-t", str(n_threads()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = read_maps(out)
+    assert (m.band_layers, m.band_window) == (10, 1024)

@@ -233,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--band-layers", type=int, default=0, metavar="B",
                    help="record a windowed band as the runtime's default: on filled rows the B layers below the split "
                         "run in full, attending to the sink and --band-window latest positions (default 0: none)")
-    s.add_argument("--band-window", type=int, default=256, metavar="W",
-                   help="latest positions a band layer of a filled row attends to (default 256)")
+    s.add_argument("--band-window", type=int, default=1024, metavar="W",
+                   help="latest positions a band layer of a filled row attends to (default 1024: at 8K prompts it "
+                        "keeps the KL within 1.11x of the split alone; docs/maps.md)")
     s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -273,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="windowed band: B layers below the split run on filled rows over the sink and a window "
                         "(default: the maps' own; 0: none)")
     s.add_argument("--band-window", type=int, default=None, metavar="W",
-                   help="latest positions a band layer of a filled row attends to (default: the maps' own)")
+                   help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
+                        "1024)")
     s.add_argument("--guard-cost", action="store_true",
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
@@ -298,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="windowed band: B layers below the split run on filled rows over the sink and a window "
                         "(default: the maps' own; 0: none)")
     s.add_argument("--band-window", type=int, default=None, metavar="W",
-                   help="latest positions a band layer of a filled row attends to (default: the maps' own)")
+                   help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
+                        "1024)")
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle, splice or guard (the guard's verdicts only) (repeatable or "
                         "comma-separated)")

@@ -34,6 +34,7 @@ scale in the filled cells (see cpp/ridgefill.h: llama_ridgefill_set_splice).
 from __future__ import annotations
 
 import ctypes
+import warnings
 from typing import Callable, Sequence
 
 import llama_cpp
@@ -110,6 +111,10 @@ class Llama(llama_cpp.Llama):
         self._band_set = True
         if before is not None and before != self.band:
             self.reset()
+        if self.band[0] and self.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED:
+            warnings.warn(f"a band of {self.band[0]} layers with flash_attn=False saves nothing over split layer "
+                          f"{self.split_layer} alone: the window masks the band layers' attention, only flash "
+                          "attention skips what it masks (pass flash_attn=True)", RuntimeWarning, stacklevel=2)
 
     @property
     def map_kind(self) -> str:
