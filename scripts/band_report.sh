@@ -6,6 +6,7 @@
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
+#   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
 W=${W:-256}
@@ -41,5 +42,12 @@ server)
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
     "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths 8191 -r 3 \
         --json "$OUT/bench-server-$TAG-b${B}w$W-8k.json" ;;
-*) echo "usage: $0 calibrate|eval8k DOMAIN|needle|server" >&2; exit 2 ;;
+fa)
+    # in-process, 8K prompt, 1K tail: the band with flash attention on and off, split 20 alone with it off
+    for run in "$BAND on b${B}w$W-fa-on" "$BAND off b${B}w$W-fa-off" "$PLAIN off s20-fa-off"; do
+        set -- $run
+        "${RF[@]}" bench "$FILE" --maps "$1" -fa "$2" --lengths 8192 --tail-tokens 1024 -r 2 \
+            --json "$OUT/bench-$TAG-$3-8k.json"
+    done ;;
+*) echo "usage: $0 calibrate|eval8k DOMAIN|needle|server|fa" >&2; exit 2 ;;
 esac
