@@ -146,6 +146,16 @@ def cmd_bench(args: argparse.Namespace) -> None:
     _write(bench, result, args)
 
 
+def _band_override_args(s) -> None:
+    """--band-layers/--band-window of eval and bench: override the band the map file records."""
+    s.add_argument("--band-layers", type=int, default=None, metavar="B",
+                   help="windowed band: B layers below the split run on filled rows over the sink and a window "
+                        "(default: the maps' own; 0: none)")
+    s.add_argument("--band-window", type=int, default=None, metavar="W",
+                   help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
+                        "1024)")
+
+
 def _ints(value: str) -> list[int]:
     try:
         return [int(x) for x in value.split(",") if x]
@@ -270,12 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-process: layers to offload to the GPU (or RPC) device, as llama.cpp's -ngl (default 0)")
     s.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="in-process: flash attention (default off, as llama-cpp-python)")
-    s.add_argument("--band-layers", type=int, default=None, metavar="B",
-                   help="windowed band: B layers below the split run on filled rows over the sink and a window "
-                        "(default: the maps' own; 0: none)")
-    s.add_argument("--band-window", type=int, default=None, metavar="W",
-                   help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
-                        "1024)")
+    _band_override_args(s)
     s.add_argument("--guard-cost", action="store_true",
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
@@ -296,12 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--guard-period", type=int, default=None, metavar="N",
                    help="with --guard or --task guard: positions between the guard's checks after the probe "
                         "(0: the probe only; default: the runtime's, 1024)")
-    s.add_argument("--band-layers", type=int, default=None, metavar="B",
-                   help="windowed band: B layers below the split run on filled rows over the sink and a window "
-                        "(default: the maps' own; 0: none)")
-    s.add_argument("--band-window", type=int, default=None, metavar="W",
-                   help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
-                        "1024)")
+    _band_override_args(s)
     s.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="kl, longdep, needle, splice or guard (the guard's verdicts only) (repeatable or "
                         "comma-separated)")
