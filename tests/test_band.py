@@ -182,8 +182,8 @@ def test_band_without_flash_attention_warns(smollm2, maps20):
         warnings.simplefilter("error")
         _llm(smollm2, maps20, band_layers=10, band_window=64, flash_attn=True)
         _llm(smollm2, maps20)                                                   # no band: nothing to say
-    for fa, warned in (("off", True), ("on", False)):
-        with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "-fa", fa, "--ridgefill-maps",
+    for fa, warned in ((["-fa", "off"], True), (["-fa", "on"], False), ([], False)):   # []: auto, the default
+        with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", *fa, "--ridgefill-maps",
                     str(maps20), "--ridgefill-band-layers", "10", "--ridgefill-band-window", "64") as s:
             assert s.get("/props")["ridgefill"]["band_layers"] == 10
             assert ("saves nothing over split layer 20 alone" in s.log()) == warned
