@@ -199,3 +199,33 @@ def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     m = read_maps(out)
     assert (m.band_layers, m.band_window) == (10, 1024)
+    assert m.extra["calib_split_input"] == "exact"                 # a 1024 window covers the 512-token chunks
+
+
+def test_calibrate_fits_the_maps_on_what_the_band_passes(smollm2, maps20, prose_tokens):
+    """With a band, calibration's features are the split-layer input the runtime's band passes the maps (bit for bit,
+    in the same one-decode layout), its targets the exact later-layer inputs; a window shorter than the chunk makes
+    calibrate take that path, and the file says so."""
+    from ridgefill._lib import lib
+    from ridgefill.calibrate import CalibConfig, LayerInputs, calibrate
+    n, W = 600, 32
+    toks = np.asarray(prose_tokens[:n], dtype=np.int32)
+    got = LayerInputs(smollm2, [20, 25], n, n_threads(), band_layers=10, band_window=W, sink_tokens=4).run(toks)
+    llm = ridgefill.Llama(str(smollm2), maps_path=str(maps20), tail_tokens=1, sink_tokens=4, band_layers=10,
+                          band_window=W, flash_attn=True, guard=False, n_ctx=n, n_batch=n, n_ubatch=n,
+                          n_threads=n_threads(), n_threads_batch=n_threads(), verbose=False)
+    assert lib().llama_ridgefill_capture_layer_input(llm.ctx, 20, True)
+    llm.eval(list(toks))
+    assert llm.ridgefill_counts() == (n - 5, 5)
+    want = np.ctypeslib.as_array(lib().llama_ridgefill_layer_input(llm.ctx, 20), shape=(n, llm.n_embd()))
+    np.testing.assert_array_equal(got[0], want)
+    exact = LayerInputs(smollm2, [20, 25], n, n_threads()).run(toks)
+
+    def rel(a, b):
+        return float((np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)).mean())
+    far = slice(4 + W + 40, n)                                     # rows whose window leaves out most of the prompt
+    assert rel(got[1], exact[1]) < 0.04                            # exact targets (flash attention's rounding only)
+    assert rel(got[0][far], exact[0][far]) > 3 * rel(got[1], exact[1])
+    m = calibrate(CalibConfig(model=smollm2, split_layer=20, tokens=1024, ctx=512, band_layers=10, band_window=W,
+                              threads=n_threads(), progress=False))
+    assert m.extra["calib_split_input"] == "band" and (m.band_layers, m.band_window) == (10, W)

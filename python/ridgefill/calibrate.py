@@ -9,7 +9,8 @@ are x_l (map kind "input") or, for "kv", the layer's K (after any k-norm, before
 and V from its own projections of x_l, two targets per layer with a λ each.  Whole
 chunks are held out for validation (λ choice and diagnostics); the first `sink_tokens`
 positions of every chunk are left out of the fit (so C ≤ sink_tokens: the predecessors
-of every fitted token are in its chunk).
+of every fitted token are in its chunk).  With a windowed band (band_layers > 0) and chunks
+longer than its window, h is what the band passes the maps (LayerInputs), the x_l stay exact.
 
 Memory (docs/scale.md), with D = (C+1)·d the feature width (d the model width, L late layers):
 during the pass, the model's weights plus two sets of moments of 8 bytes each per entry of
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import resource
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -65,17 +67,37 @@ class CalibConfig:
 
 
 class LayerInputs:
-    """The model in the fork, capturing the inputs of layers `layers` for every token of a chunk."""
+    """The model in the fork, capturing the inputs of layers `layers` for every token of a chunk.
 
-    def __init__(self, model: Path, layers: list[int], ctx: int, threads: int | None):
+    With a band (band_layers > 0), the split layer's input (layers[0]) is what the windowed band passes the maps, as
+    the runtime fills a prompt: every row after the sink runs the band_layers layers below the split attending to the
+    sink and its band_window latest positions.  The later layers' inputs stay exact (the maps' targets).  Two passes
+    per chunk: exact, then the runtime's approximate path, which needs maps at the split: a placeholder file of zero
+    maps (they fill only layers whose output nobody reads), written to a temporary file for the load."""
+
+    def __init__(self, model: Path, layers: list[int], ctx: int, threads: int | None, band_layers: int = 0,
+                 band_window: int = 0, sink_tokens: int = 0):
         from llama_cpp import Llama
         from llama_cpp import llama_cpp as C
         self.C = C
         # read, not mapped: on x86 llama.cpp repacks q4_0/q4_K weights into buffers of its own, and a mapping
         # would keep the file's copy resident too (8B shape, q4_0: peak RSS 14.2 GB mapped, see docs/scale.md)
-        self.llm = Llama(model_path=str(model), n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, use_mmap=False,
-                         n_threads=threads or os.cpu_count(), n_threads_batch=threads or os.cpu_count(),
-                         verbose=False)
+        kw = dict(n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, use_mmap=False, n_threads=threads or os.cpu_count(),
+                  n_threads_batch=threads or os.cpu_count(), verbose=False)
+        self.band = band_layers > 0
+        if self.band:
+            from llama_cpp._utils import suppress_stdout_stderr
+
+            from .runtime import Llama as RidgefillLlama
+            with tempfile.TemporaryDirectory(prefix="ridgefill-") as tmp, suppress_stdout_stderr(disable=False):
+                zero = Path(tmp) / "band-placeholder.gguf"
+                _zero_maps(model, layers[0], sink_tokens, band_layers, band_window, zero)
+                # flash attention: the band's window is skipped, not only masked (docs/runtime.md); quiet: the
+                # runtime's notes on loading the placeholder (no guard in it) are not the user's business
+                self.llm = RidgefillLlama(str(model), maps_path=str(zero), tail_tokens=1, sink_tokens=sink_tokens,
+                                          guard=False, flash_attn=True, **kw)
+        else:
+            self.llm = Llama(model_path=str(model), **kw)
         self.d = self.llm.n_embd()
         self.layers = layers
         h = lib()
@@ -96,6 +118,9 @@ class LayerInputs:
     def run(self, tokens: np.ndarray) -> np.ndarray:
         """Decode one chunk from position 0; returns (len(layers), n, d) float32 layer inputs."""
         C, n = self.C, len(tokens)
+        if self.band:
+            self.llm.set_ridgefill(False)
+            self.llm.reset()
         C.llama_memory_clear(C.llama_get_memory(self.llm.ctx), True)
         arr = (C.llama_token * n)(*map(int, tokens))
         rc = C.llama_decode(self.llm.ctx, C.llama_batch_get_one(arr, n))
@@ -104,7 +129,29 @@ class LayerInputs:
         out = np.empty((len(self.layers), n, self.d), dtype=np.float32)
         for i, l in enumerate(self.layers):
             out[i] = np.ctypeslib.as_array(self._get(self.llm.ctx, l), shape=(n, self.d))
+        if self.band:                                              # the split layer's input through the band
+            self.llm.set_ridgefill(True)
+            self.llm.reset()
+            self.llm.eval(tokens)                                  # one decode (n_batch = ctx): the last tail row exact
+            filled, exact = self.llm.ridgefill_counts()
+            if filled + exact != n or filled < n - 1 - self.llm.sink_tokens:
+                raise RidgefillError(f"the band pass filled {filled} of {n} rows")
+            out[0] = np.ctypeslib.as_array(self._get(self.llm.ctx, self.layers[0]), shape=(n, self.d))
         return out
+
+
+def _zero_maps(model: Path, split: int, sink_tokens: int, band_layers: int, band_window: int, path: Path) -> None:
+    """A map file of zero input maps at `split` recording a band: what puts the runtime on its approximate path."""
+    reader = GGUFReader(model)
+    arch = field_value(reader, "general.architecture")
+    n_layer, d = int(field_value(reader, f"{arch}.block_count")), int(field_value(reader, f"{arch}.embedding_length"))
+    late = range(split + 1, n_layer)
+    write_maps(path, MapFile(arch=arch, n_layer=n_layer, split_layer=split, prior="zero",
+                             ridge_lambda=np.zeros(len(late)), calib_tokens=0, sink_tokens=sink_tokens,
+                             base_fingerprint=fingerprint(reader), map_type="f16",
+                             weights={l: np.zeros((d, d), np.float32) for l in late},
+                             biases={l: np.zeros(d, np.float32) for l in late},
+                             band_layers=band_layers, band_window=band_window))
 
 
 READ_ORDERS = ("sequential", "spread")
@@ -264,8 +311,11 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
             raise RidgefillError(f"--map-kind kv needs the same K/V widths in every late layer; layers "
                                  f"{late[0]}..{late[-1]} have (d_k, d_v) {dims}")
         kv_dims = dims[0]
+    # with a band, the maps read what the band passes them: fit them on it, where a chunk reaches past the window
+    band_fed = cfg.band_layers > 0 and cfg.ctx > cfg.sink_tokens + cfg.band_window + 1
     with clock("load"):
-        runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads)
+        runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads,
+                             *((cfg.band_layers, cfg.band_window, cfg.sink_tokens) if band_fed else ()))
     chunks = token_budget(runner, cfg)
     is_val = val_chunks(len(chunks), cfg.val_fraction)
     if cfg.val_fraction > 0 and is_val.all():
@@ -331,7 +381,8 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
                 map_type=cfg.map_type, weights={l: W[i] for i, l in enumerate(late)},
                 biases={l: b[i] for i, l in enumerate(late)}, diagnostics=diag,
                 extra={"calib_ctx": cfg.ctx, "val_tokens": val.n, "calib_read_order": cfg.read_order,
-                       "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}"},
+                       "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}",
+                       "calib_split_input": "band" if band_fed else "exact"},
                 version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data,
                 band_layers=cfg.band_layers, band_window=cfg.band_window)
     if out_path is not None:
