@@ -2,7 +2,10 @@
 # The windowed band through the runtime (docs/maps.md, "The windowed band in the runtime").
 #   band_report.sh calibrate          split-20 maps (input-c0, as maps_report.sh calibrates them) and the same maps
 #                                     with a recorded band of B layers (default 10: layers 10-19), window W (256)
-#   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact
+#   band_report.sh calibrate-fit      split-20 maps fitted on what the band passes them (4096-token chunks, so that
+#                                     most rows reach past the window): calibrate --band-layers B --band-window W
+#   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact (FIT=1: with the
+#                                     maps of calibrate-fit)
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
@@ -14,6 +17,9 @@ B=${B:-10}
 PROMPTS=${PROMPTS:-16}
 PLAIN=$M/$TAG-s20-input-c0.gguf
 BAND=$M/$TAG-s20-input-c0-band${B}w$W.gguf
+FITTED=$M/$TAG-s20-input-c0-band${B}w$W-fit.gguf
+NAME=b${B}w$W
+if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=b${B}w$W-fit; fi
 mkdir -p "$OUT" "$M"
 what=$1; shift
 case $what in
@@ -24,15 +30,18 @@ calibrate)
     [ -f "$BAND" ] || .venv/bin/python -c "import dataclasses, sys; from ridgefill.ggufio import read_maps, write_maps
 write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=int(sys.argv[3]), band_window=int(sys.argv[4])))" \
         "$PLAIN" "$BAND" "$B" "$W" ;;
+calibrate-fit)
+    [ -f "$FITTED" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 4096 --band-layers "$B" --band-window "$W" \
+        -o "$FITTED" --no-progress ;;
 eval8k)
     d=$1
     "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task kl,longdep --lengths 8192 \
         --tail-tokens 1024 --prompts "$PROMPTS" --domains "$d" \
-        --json "$OUT/band-$TAG-b${B}w$W-8k-$d.json" | tee "$OUT/band-$TAG-b${B}w$W-8k-$d.md" ;;
+        --json "$OUT/band-$TAG-$NAME-8k-$d.json" | tee "$OUT/band-$TAG-$NAME-8k-$d.md" ;;
 needle)
     "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task needle --lengths 2048 --tail-tokens 256 \
         --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
-        --json "$OUT/band-$TAG-b${B}w$W-needle.json" | tee "$OUT/band-$TAG-b${B}w$W-needle.md" ;;
+        --json "$OUT/band-$TAG-$NAME-needle.json" | tee "$OUT/band-$TAG-$NAME-needle.md" ;;
 server)
     port=${PORT:-8089}
     .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c 8192 -np 1 \
@@ -49,5 +58,5 @@ fa)
         "${RF[@]}" bench "$FILE" --maps "$1" -fa "$2" --lengths 8192 --tail-tokens 1024 -r 2 \
             --json "$OUT/bench-$TAG-$3-8k.json"
     done ;;
-*) echo "usage: $0 calibrate|eval8k DOMAIN|needle|server|fa" >&2; exit 2 ;;
+*) echo "usage: $0 calibrate|calibrate-fit|eval8k DOMAIN|needle|server|fa" >&2; exit 2 ;;
 esac

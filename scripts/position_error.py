@@ -7,6 +7,9 @@ K and V the maps give (kv maps directly, input maps through the layer's own proj
 averaged over the late layers; the sampling unit is the window.
 
     python scripts/position_error.py MODEL MAPS.gguf [MAPS2.gguf ...] --length 4096 --windows 4 --domain shakespeare
+
+With --band-layers B --band-window W the maps read what a windowed band passes them (as the runtime fills a prompt
+with that band; ridgefill.calibrate.LayerInputs), the targets stay exact.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--domain", default="shakespeare")
     ap.add_argument("--buckets", default="0,512,1024,2048,3072,4096")
+    ap.add_argument("--band-layers", type=int, default=0, help="features through a windowed band of B layers")
+    ap.add_argument("--band-window", type=int, default=1024)
     ap.add_argument("--json")
     args = ap.parse_args()
     maps = {Path(p).stem: read_maps(p) for p in args.maps}
@@ -44,7 +49,8 @@ def main() -> None:
     sink = max(m.sink_tokens for m in maps.values())
     reader = GGUFReader(args.model)
     kvw = {l: kvproj.load(reader, [l])[l] for l in late}
-    runner = LayerInputs(Path(args.model), [s, *late], args.length, os.cpu_count())
+    band = (args.band_layers, args.band_window, sink) if args.band_layers else ()
+    runner = LayerInputs(Path(args.model), [s, *late], args.length, os.cpu_count(), *band)
     text = data.text(args.domain)
     toks = runner.tokenize(text[: args.windows * args.length * 8])
     step = (len(toks) - args.length) // max(1, args.windows - 1)
@@ -68,9 +74,11 @@ def main() -> None:
                                             ((vh[sel] - v[sel]) ** 2).sum(), (v[sel] ** 2).sum()]
         print(f"window {w + 1}/{args.windows} done", file=sys.stderr)
     out = {"model": args.model, "split_layer": s, "length": args.length, "windows": args.windows,
-           "domain": args.domain, "buckets": edges, "maps": {}}
+           "domain": args.domain, "buckets": edges, "band_layers": args.band_layers,
+           "band_window": args.band_window if args.band_layers else 0, "maps": {}}
     print(f"relative K / V error by position, mean over layers {late[0]}..{late[-1]} "
-          f"({args.windows} windows of {args.length} tokens of {args.domain}; range over windows)")
+          f"({args.windows} windows of {args.length} tokens of {args.domain}; range over windows"
+          + (f"; features through a band of {args.band_layers} layers, window {args.band_window})" if band else ")"))
     print("| maps | calib ctx | " + " | ".join(f"{edges[b]}–{edges[b + 1]}" for b in range(len(edges) - 1)) + " |")
     print("|---|---|" + "---|" * (len(edges) - 1))
     for name, e in err.items():
