@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
 from tqdm import tqdm
 
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ridgefill import bench, calibrate, data, evaluate, kvproj, ridge  # noqa: E402
 from ridgefill.ggufio import field_value, read_maps  # noqa: E402
 from ridgefill.kvproj import rms_norm  # noqa: E402
+from ridgefill.modelfile import open_gguf  # noqa: E402
 from ridgefill.stats import bootstrap_mean, fmt_ci, wilson  # noqa: E402
 
 
@@ -58,7 +58,7 @@ class NumpyLlama:
     """The layers of a llama-architecture GGUF in float32 numpy, enough to run rows from layer s to the logits."""
 
     def __init__(self, path: str):
-        r = GGUFReader(path)
+        r = open_gguf(path)
         arch = field_value(r, "general.architecture")
         if arch != "llama":
             raise SystemExit(f"fill_sim.py runs llama-architecture models, not {arch}")

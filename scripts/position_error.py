@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ridgefill import data, kvproj, ridge  # noqa: E402
 from ridgefill.calibrate import LayerInputs  # noqa: E402
 from ridgefill.ggufio import read_maps  # noqa: E402
+from ridgefill.modelfile import open_gguf  # noqa: E402
 
 
 def main() -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     any_map = next(iter(maps.values()))
     late = any_map.late_layers
     sink = max(m.sink_tokens for m in maps.values())
-    reader = GGUFReader(args.model)
+    reader = open_gguf(args.model)
     kvw = {l: kvproj.load(reader, [l])[l] for l in late}
     band = (args.band_layers, args.band_window, sink) if args.band_layers else ()
     runner = LayerInputs(Path(args.model), [s, *late], args.length, os.cpu_count(), *band)

@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ridgefill import data, evaluate, kvproj, ridge  # noqa: E402
 from ridgefill.calibrate import CalibConfig, LayerInputs, token_budget  # noqa: E402
 from ridgefill.ggufio import read_maps  # noqa: E402
+from ridgefill.modelfile import open_gguf  # noqa: E402
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     m = read_maps(args.maps)
     s, C, sink, late = m.split_layer, m.context_tokens, m.sink_tokens, m.late_layers
-    reader = GGUFReader(args.model)
+    reader = open_gguf(args.model)
     kvw = {l: kvproj.load(reader, [l])[l] for l in late}
 
     # calibration features: mean and covariance (the same text and chunks calibrate reads)

@@ -19,11 +19,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from gguf import GGUFReader
 
 from ridgefill import synthetic
 from ridgefill.bench import Shape
 from ridgefill.calibrate import CalibConfig, calibrate
+from ridgefill.modelfile import open_gguf
 
 MAP_TYPES = ("f32", "f16", "q8_0")
 MB = 1e6
@@ -86,7 +86,7 @@ def measure(args) -> dict:
     shape = Shape.of(args.model)
     x = m.extra
     n_fed = -(-args.tokens // args.ctx) * args.ctx          # tokens through the model (whole chunks)
-    data = sum(int(t.n_bytes) for t in GGUFReader(args.output).tensors)
+    data = sum(int(t.n_bytes) for t in open_gguf(args.output).tensors)
     return {"model": os.path.basename(args.model), "model_mb": round(Path(args.model).stat().st_size / MB),
             "d": shape.d, "n_layer": shape.n_layer, "split_layer": m.split_layer, "late_layers": len(m.late_layers),
             "tokens": args.tokens, "ctx": args.ctx, "threads": args.threads, "lambda": args.ridge_lambda,

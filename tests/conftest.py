@@ -92,10 +92,11 @@ def gemma_maps(gemma3, tmp_path_factory) -> Path:
 
 def relabel(src: Path, out: Path, arch: str, extra_tensors=None) -> Path:
     """A copy of a llama-arch GGUF as another architecture (same weights), plus `extra_tensors` {name: f32 array}."""
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType
 
     from ridgefill.ggufio import copy_gguf
-    copy_gguf(GGUFReader(src), out, arch=arch, rename_key=lambda k: k.replace("llama.", arch + ".", 1),
+    from ridgefill.modelfile import open_gguf
+    copy_gguf(open_gguf(src), out, arch=arch, rename_key=lambda k: k.replace("llama.", arch + ".", 1),
               extra_tensors=[(n, a, GGMLQuantizationType.F32) for n, a in (extra_tensors or {}).items()])
     return out
 

@@ -10,6 +10,7 @@ from gguf import GGUFReader, GGUFValueType
 from ridgefill import ggufio
 from ridgefill.errors import RidgefillError
 from ridgefill.ggufio import MapFile, read_maps, write_maps
+from ridgefill.modelfile import open_gguf
 
 
 def test_maps_beat_the_identity_baseline_on_held_out_text(maps20):
@@ -39,7 +40,7 @@ def test_export_roundtrip(maps20, smollm2, tmp_path):
     out = tmp_path / "smollm2.ridgefill.gguf"
     r = run_cli("ridgefill", "export", str(smollm2), str(maps20), "-o", str(out))
     assert r.returncode == 0, r.stderr
-    src, aug = GGUFReader(smollm2), GGUFReader(out)
+    src, aug = open_gguf(smollm2), open_gguf(out)
     aug_tensors = {t.name: t for t in aug.tensors}
     for t in src.tensors:                       # every original tensor byte-identical
         a = aug_tensors[t.name]
@@ -222,7 +223,7 @@ def test_kv_rows_predict_the_layers_own_k_then_v(maps_kv20, smollm2):
     runner = LayerInputs(smollm2, [20, 25], ctx=512, threads=n_threads())
     toks = np.asarray(runner.bos + runner.tokenize(data.text("shakespeare")[5000:10000])[:299], dtype=np.int32)
     h, x = runner.run(toks)
-    k, v = kvproj.project(kvproj.load(GGUFReader(smollm2), [25])[25], x[4:])
+    k, v = kvproj.project(kvproj.load(open_gguf(smollm2), [25])[25], x[4:])
     f = ridge.context_features(h, 2, 4)
     W, b = m.weights[25], m.biases[25]
     pred = f @ W.T + b

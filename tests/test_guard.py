@@ -12,6 +12,7 @@ import ridgefill
 from ridgefill import data, guard, kvproj, ridge
 from ridgefill.calibrate import LayerInputs
 from ridgefill.errors import RidgefillError
+from ridgefill.modelfile import open_gguf
 from ridgefill.ggufio import copy_gguf, read_maps
 from ridgefill.server import Server
 
@@ -76,7 +77,7 @@ def numpy_window_sums(model, maps, toks, starts=(SINK,)) -> tuple[np.ndarray, np
     m = read_maps(maps)
     C = m.context_tokens
     acts = LayerInputs(model, [m.split_layer, *m.late_layers], 2048, n_threads()).run(np.asarray(toks))
-    kvw = kvproj.load(GGUFReader(model), m.late_layers) if m.map_kind == "kv" else None
+    kvw = kvproj.load(open_gguf(model), m.late_layers) if m.map_kind == "kv" else None
     num, den = [[] for _ in starts], [[] for _ in starts]
     for j, start in enumerate(starts):
         rows = np.arange(start, start + W)

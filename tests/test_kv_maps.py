@@ -9,6 +9,7 @@ import ridgefill
 from ridgefill import kvproj
 from ridgefill._lib import lib
 from ridgefill.errors import RidgefillError
+from ridgefill.modelfile import open_gguf
 from ridgefill.ggufio import copy_gguf, read_maps
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
@@ -51,7 +52,7 @@ def test_kv_maps_with_context_predict_what_numpy_does(smollm2, maps_kv20, prose_
         without = features(h, slice(4, n - 1), 0) @ m.weights[l][:, :576].T + m.biases[l]
         assert not np.allclose(got, without, atol=1e-2 * np.abs(want).max())  # the predecessors count
     # the measuring scripts' K/V of a map file (kvproj.predicted) are the runtime's
-    kvw = kvproj.load(GGUFReader(str(smollm2)), list(pred))
+    kvw = kvproj.load(open_gguf(smollm2), list(pred))
     for l, got in pred.items():
         k, v = kvproj.predicted(kvw[l], m.map_kind, m.weights[l], m.biases[l], f)
         assert k.shape == (n - 5, 3, 64)

@@ -64,3 +64,21 @@ def test_offline_rerun_uses_the_cache(private_cache, monkeypatch):
 def test_unknown_model_is_a_clear_error():
     with pytest.raises(RidgefillError, match="unknown model 'nope'"):
         models.fetch("nope")
+
+
+def test_open_gguf_reads_what_gguf_py_reads(smollm2):
+    """ridgefill.modelfile.open_gguf (GGUFReader over an ndarray view of the map, for speed): the same keys and
+    values, the same tensors with the same data, still mapped rather than loaded."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    from ridgefill.modelfile import open_gguf
+    fast, ref = open_gguf(smollm2), GGUFReader(smollm2)
+    assert type(fast.data) is np.ndarray and fast.data.base is not None and not fast.data.flags.owndata
+    assert list(fast.fields) == list(ref.fields)
+    for name, f in ref.fields.items():
+        assert fast.fields[name].contents() == f.contents(), name
+    assert [(t.name, t.tensor_type, list(t.shape), int(t.data_offset)) for t in fast.tensors] == \
+        [(t.name, t.tensor_type, list(t.shape), int(t.data_offset)) for t in ref.tensors]
+    for a, b in zip(fast.tensors[::40], ref.tensors[::40]):
+        assert np.array_equal(a.data, b.data), a.name

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 from conftest import logits_last, n_threads
-from gguf import GGUFReader
 from llama_cpp import Llama as StockLlama
 
 import ridgefill
 from ridgefill._lib import lib
 from ridgefill.errors import RidgefillError
 from ridgefill.ggufio import read_maps
+from ridgefill.modelfile import open_gguf
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
 
@@ -107,7 +107,7 @@ def test_bad_maps_and_settings_are_refused(smollm2, gemma3, qwen2_smollm, maps20
         ridgefill.Llama(str(gemma3), maps_path=str(maps20), n_ctx=256, verbose=False)
     other = tmp_path / "other.gguf"             # same architecture and shapes, other weights
     data = bytearray(smollm2.read_bytes())
-    t = next(t for t in GGUFReader(smollm2).tensors if t.name == "blk.0.attn_k.weight")
+    t = next(t for t in open_gguf(smollm2).tensors if t.name == "blk.0.attn_k.weight")
     data[t.data_offset + 10] ^= 0xFF
     other.write_bytes(bytes(data))
     with pytest.raises(RidgefillError, match="maps for another model"):

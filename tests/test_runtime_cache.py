@@ -10,6 +10,7 @@ import ridgefill
 from ridgefill import ggufio
 from ridgefill._lib import check, lib
 from ridgefill.errors import RidgefillError
+from ridgefill.modelfile import open_gguf
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
 TAIL = 128
@@ -109,7 +110,7 @@ def rewrite_maps(src, out, *, keys=None, tensors=None):
     """A copy of a map file with keys replaced ({name: (value, GGUFValueType)}) and tensors transformed
     ({name: fn(array) -> array}), written without Python's validation so that the C++ loader is what checks."""
     from gguf import GGUFValueType
-    r = GGUFReader(src)
+    r = open_gguf(src)
     w = GGUFWriter(out, arch=ggufio.field_value(r, "general.architecture"))
     for f in r.fields.values():
         if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in (keys or {}):

@@ -7,6 +7,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from ridgefill import synthetic
 from ridgefill.bench import Shape
 from ridgefill.ggufio import field_value, read_maps
+from ridgefill.modelfile import open_gguf
 
 PROMPT = b"The committee met on Tuesday to discuss the budget for the coming year, and then adjourned. " * 12
 TINY_TYPES = {"tiny-llama": "q8_0", "tiny-qwen3": "q4_0", "tiny-gemma3": "f16"}   # every writable type once
@@ -62,7 +63,7 @@ def test_the_1b_shape_has_the_published_tensors_and_keys(tmp_path):
     path = synthetic.write(spec, tmp_path / "m.gguf", "q4_0", weights=False)   # header only: a sparse file
     s = Shape.of(path)
     assert s == spec.shape == Shape(16, 2048, 32, 8, 64, 8192, 128256, 131072)
-    r = GGUFReader(path)
+    r = open_gguf(path)
     assert [(t.name, tuple(int(n) for n in t.shape[::-1]), t.tensor_type) for t in r.tensors] == \
            [(t.name, t.shape, t.qtype) for t in synthetic.tensor_plan(spec, "q4_0")]
     assert sum(int(t.n_bytes) for t in r.tensors) == synthetic.model_bytes(spec, "q4_0")

@@ -17,11 +17,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gguf import GGUFReader
-
 from . import data
 from .errors import RidgefillError
 from .ggufio import field_value
+from .modelfile import open_gguf
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Shape:
 
     @classmethod
     def of(cls, model: str | Path) -> "Shape":
-        r = GGUFReader(model)
+        r = open_gguf(model)
         a = field_value(r, "general.architecture")
         n_head = int(field_value(r, f"{a}.attention.head_count"))
         d = int(field_value(r, f"{a}.embedding_length"))

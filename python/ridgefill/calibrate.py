@@ -39,7 +39,7 @@ from ._version import __version__
 from .errors import RidgefillError
 from .ggufio import (MAP_KINDS, MAP_TYPES, MAX_CONTEXT_TOKENS, MapFile, _AtomicOutput, check_band, field_value,
                      fingerprint, write_maps)
-from .modelfile import check_gguf
+from .modelfile import check_gguf, open_gguf
 
 
 @dataclass
@@ -142,7 +142,7 @@ class LayerInputs:
 
 def _zero_maps(model: Path, split: int, sink_tokens: int, band_layers: int, band_window: int, path: Path) -> None:
     """A map file of zero input maps at `split` recording a band: what puts the runtime on its approximate path."""
-    reader = GGUFReader(model)
+    reader = open_gguf(model)
     arch = field_value(reader, "general.architecture")
     n_layer, d = int(field_value(reader, f"{arch}.block_count")), int(field_value(reader, f"{arch}.embedding_length"))
     late = range(split + 1, n_layer)
@@ -291,7 +291,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     if cfg.sink_tokens < C:
         raise RidgefillError(f"--sink-tokens {cfg.sink_tokens} is less than --context-tokens {C}: the fitted "
                              f"tokens of a chunk need their {C} predecessors in it")
-    reader = GGUFReader(model)
+    reader = open_gguf(model)
     arch = field_value(reader, "general.architecture")
     n_layer = int(field_value(reader, f"{arch}.block_count"))
     s = cfg.split_layer

@@ -35,7 +35,7 @@ from gguf.quants import dequantize, quantize
 
 from ._version import __version__
 from .errors import RidgefillError
-from .modelfile import check_gguf
+from .modelfile import check_gguf, open_gguf
 
 PREFIX = "ridgefill."
 MAP_TENSOR = re.compile(r"ridgefill\.blk\.(\d+)\.map\.(weight|bias)")
@@ -290,7 +290,7 @@ def _format_keys(path: Path, get) -> tuple[int, str, int, tuple[int, int] | None
 def read_maps(path: str | Path) -> MapFile:
     """Read the maps of a sidecar or an augmented model (dequantized to float32)."""
     path = check_gguf(path)
-    r = GGUFReader(path)
+    r = open_gguf(path)
     if r.get_field(PREFIX + "split_layer") is None:
         raise RidgefillError(f"{path}: holds no RidgeFill maps (no ridgefill.split_layer key)")
     get = lambda k, d=None: field_value(r, PREFIX + k, d)  # noqa: E731
@@ -387,7 +387,7 @@ def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) 
     if Path(out_path).resolve() in (model_path.resolve(), maps_path.resolve()):
         raise RidgefillError("the output must not overwrite an input")
     m = read_maps(maps_path)
-    mr = GGUFReader(model_path)
+    mr = open_gguf(model_path)
     if any(t.name.startswith(PREFIX) for t in mr.tensors):
         raise RidgefillError(f"{model_path} already holds RidgeFill maps; export from the base model")
     check_maps_match(mr, model_path, m, maps_path)

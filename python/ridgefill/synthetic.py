@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from gguf import (GGML_QUANT_VERSION, GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType,
+from gguf import (GGML_QUANT_VERSION, GGMLQuantizationType, GGUFWriter, LlamaFileType,
                   RopeScalingType, TokenType)
 from gguf.quants import quant_shape_to_byte_shape, quantize
 from tqdm import tqdm
@@ -40,6 +40,7 @@ from tqdm import tqdm
 from .bench import Shape
 from .errors import RidgefillError
 from .ggufio import MAP_TYPES, _AtomicOutput, add_fields, read_fields
+from .modelfile import open_gguf
 
 MODEL_TYPES = {"f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
                "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
@@ -208,7 +209,7 @@ def tokenizer_fields() -> tuple[list, list[str], list[int]]:
     import os
 
     from . import models
-    r = GGUFReader(os.environ.get("RIDGEFILL_TOKENIZER_GGUF") or models.fetch("smollm2-135m"))
+    r = open_gguf(os.environ.get("RIDGEFILL_TOKENIZER_GGUF") or models.fetch("smollm2-135m"))
     if "tokenizer.ggml.scores" in r.fields:
         raise RidgefillError("the tokenizer has scores; synthetic.add_tokenizer pads tokens and types only")
     tokens, types = "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"
@@ -308,7 +309,7 @@ def write_maps(model: str | Path, split_layer: int, path: str | Path, map_type: 
     the model's fingerprint, so that the runtime loads them.  Speed, memory and plumbing only: a fill with them
     is not an approximation of anything."""
     from .ggufio import MapFile, fingerprint, write_maps as write_map_file
-    r = GGUFReader(model)
+    r = open_gguf(model)
     shape = Shape.of(model)
     if not 1 <= split_layer <= shape.n_layer - 1:
         raise RidgefillError(f"split layer {split_layer} outside 1..{shape.n_layer - 1}")
