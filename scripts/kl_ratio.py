@@ -5,7 +5,8 @@
 Each argument is a `ridgefill eval --json` file and one of its modes ("ridgefill" or "maps:NAME"). The runs must
 have evaluated the same prompts (same domain, length, count, seed): their exact NLL must agree, else the script
 refuses; `--exact-tolerance NATS` accepts a difference up to NATS in the mean exact NLL (the same prompts run on
-another machine, whose kernels round differently) and prints it. The interval of a ratio of means resamples whole prompts, the same draw for every mode (paired).
+another machine, whose kernels round differently) and prints it. The interval of a ratio of means resamples whole
+prompts, the same draw for every mode (paired).
 """
 from __future__ import annotations
 

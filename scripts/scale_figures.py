@@ -19,7 +19,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-
 from ridgefill import synthetic
 from ridgefill.bench import Shape
 from ridgefill.calibrate import CalibConfig, calibrate

@@ -12,8 +12,8 @@ import ridgefill
 from ridgefill import data, guard, kvproj, ridge
 from ridgefill.calibrate import LayerInputs
 from ridgefill.errors import RidgefillError
-from ridgefill.modelfile import open_gguf
 from ridgefill.ggufio import copy_gguf, read_maps
+from ridgefill.modelfile import open_gguf
 from ridgefill.server import Server
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)

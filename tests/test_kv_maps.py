@@ -9,8 +9,8 @@ import ridgefill
 from ridgefill import kvproj
 from ridgefill._lib import lib
 from ridgefill.errors import RidgefillError
-from ridgefill.modelfile import open_gguf
 from ridgefill.ggufio import copy_gguf, read_maps
+from ridgefill.modelfile import open_gguf
 
 CTX = dict(n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=n_threads(), verbose=False)
 S = 20  # split layer of maps_kv20

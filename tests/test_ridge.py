@@ -81,10 +81,9 @@ def test_layer_by_layer_solve_and_search_match_the_dense_formulas():
 def kv_activations(smollm2):
     """Real split-layer states h (layer 20's input, every position) of 300 tokens of Shakespeare, and the K and
     V of layers 21 and 29 (kv targets K21, V21, K29, V29, width 192) at positions 4.."""
-    from ridgefill.modelfile import open_gguf
-
     from ridgefill import data, kvproj
     from ridgefill.calibrate import kv_targets
+    from ridgefill.modelfile import open_gguf
     runner = LayerInputs(smollm2, [20, 21, 29], ctx=512, threads=n_threads())
     toks = np.asarray(runner.bos + runner.tokenize(data.text("shakespeare")[:4000])[:299], dtype=np.int32)
     acts = runner.run(toks)
