@@ -7,14 +7,46 @@ from ridgefill import cache, models
 from ridgefill.errors import RidgefillError
 
 
-def test_fetched_models_match_their_pins(smollm2, gemma3):
-    assert cache.sha256_file(smollm2) == models.MODELS["smollm2-135m"].sha256
+def test_fetched_models_match_their_pins(smollm2_pypi, gemma3):
+    assert cache.sha256_file(smollm2_pypi) == models.MODELS["smollm2-135m"].sha256
     assert cache.sha256_file(gemma3) == models.MODELS["gemma3-270m"].sha256
-    assert smollm2.read_bytes()[:4] == b"GGUF" and gemma3.stat().st_size == 253_113_024
+    assert smollm2_pypi.read_bytes()[:4] == b"GGUF" and gemma3.stat().st_size == 253_113_024
+
+
+def test_the_tests_smollm2_is_the_packages(smollm2, smollm2_pypi, prose_tokens):
+    """The tests run SmolLM2 re-encoded as Q8_0 (conftest.py): same keys, the Q4_1 tensors now Q8_0, the rest
+    unchanged, and next-token distributions along a 512-token prose prompt within KL 0.01 of the package file's
+    (measured 0.0059, top-1 the same at 96%; the package file itself is 0.0040 from its own weights decoded to F32,
+    from the 8-bit rounding of activations in its kernels).  Speed: docs/results.md, "The tests' model"."""
+    import numpy as np
+    from conftest import n_threads
+    from gguf import GGMLQuantizationType as Q
+    from llama_cpp import Llama
+
+    from ridgefill.modelfile import open_gguf
+    a, b = open_gguf(smollm2_pypi), open_gguf(smollm2)
+    assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+    for ta, tb in zip(a.tensors, b.tensors):
+        assert tb.tensor_type == (Q.Q8_0 if ta.tensor_type == Q.Q4_1 else ta.tensor_type), ta.name
+        if ta.tensor_type != Q.Q4_1:
+            assert np.array_equal(ta.data, tb.data), ta.name
+    assert {f for f in a.fields if f != "general.file_type"} == {f for f in b.fields if f != "general.file_type"}
+    logp = []
+    for path in (smollm2_pypi, smollm2):
+        llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=n_threads(), logits_all=True,
+                    verbose=False)
+        llm.eval(prose_tokens[:512])
+        x = np.asarray(llm.scores[:512], dtype=np.float64)
+        x -= x.max(-1, keepdims=True)
+        logp.append(x - np.log(np.exp(x).sum(-1, keepdims=True)))
+        del llm
+    p, q = logp
+    kl = (np.exp(p) * (p - q)).sum(-1)
+    assert kl.mean() < 0.01 and (p.argmax(-1) == q.argmax(-1)).mean() >= 0.94, (kl.mean(), kl.max())
 
 
 @pytest.fixture
-def private_cache(tmp_path, monkeypatch, smollm2):
+def private_cache(tmp_path, monkeypatch, smollm2_pypi):
     """A cache of our own holding a copy of SmolLM2's package, so tests can damage it."""
     spec = models.MODELS["smollm2-135m"]
     real_pkg = cache.cache_dir("pkgs") / spec.packages[0].filename

@@ -381,6 +381,38 @@ def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, 
     w.close()
 
 
+# llama.cpp's general.file_type of a model whose weights are mostly of one type (llama_ftype)
+_FILE_TYPE = {GGMLQuantizationType.Q8_0: 7, GGMLQuantizationType.Q4_0: 2}
+
+
+def requantize(src: str | Path, dst: str | Path, to: str = "Q8_0", only: tuple[str, ...] = ("Q4_1",)) -> Path:
+    """Copy the GGUF at `src` to `dst` with its tensors of the types in `only` re-encoded as `to` (dequantized, then
+    quantized by gguf-py): the same weights up to `to`'s rounding, every key and other tensor unchanged.
+
+    The tests run SmolLM2 so: its package ships Q4_1, which llama.cpp's fast x86 prompt kernels do not cover, and
+    its Q8_0 re-encoding processes prompts twice as fast on 2 cores (224 vs 442 tokens/s, 2026-12-03) and predicts
+    as the package's file does (tests/test_models.py)."""
+    qto, kinds = GGMLQuantizationType[to], {GGMLQuantizationType[k] for k in only}
+    reader = open_gguf(check_gguf(src))
+    tensors = [(t.name, quantize(dequantize(t.data, t.tensor_type), qto), qto) if t.tensor_type in kinds
+               else (t.name, t.data, t.tensor_type) for t in reader.tensors]
+    with _AtomicOutput(dst) as tmp:
+        w = GGUFWriter(tmp, arch=field_value(reader, "general.architecture"))
+        w.data_alignment = int(field_value(reader, "general.alignment", w.data_alignment))
+        add_fields(w, read_fields(reader, lambda k: k != "general.file_type"))
+        if qto in _FILE_TYPE:
+            w.add_file_type(_FILE_TYPE[qto])
+        for name, data, qtype in tensors:
+            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=qtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for _, data, _ in tensors:
+            w.write_tensor_data(data)
+        w.close()
+    return Path(dst)
+
+
 def export(model_path: str | Path, maps_path: str | Path, out_path: str | Path) -> None:
     """Write MODEL + maps as one augmented GGUF: the model's keys and tensors unchanged, ridgefill ones added."""
     model_path, maps_path = check_gguf(model_path), check_gguf(maps_path)
