@@ -204,12 +204,14 @@ def test_bad_settings_and_files_are_refused(smollm2, guarded20, tmp_path):
 def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
     from llama_cpp import Llama
     vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
-    prose, code, code2 = (vocab.detokenize(texts[k][1:1500]).decode(errors="ignore") for k in ("prose", "code", "code2"))
+    prose, code, code2 = (vocab.detokenize(texts[k][1:900]).decode(errors="ignore") for k in ("prose", "code", "code2"))
     del vocab
-    with Server(smollm2, "-c", "4096", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--metrics",
-                "--ridgefill-maps", str(guarded20), "--ridgefill-tail", str(TAIL)) as srv:
+    period = 512                                                  # half the default: shorter prompts get a check
+    with Server(smollm2, "-c", "2048", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--metrics",
+                "--ridgefill-maps", str(guarded20), "--ridgefill-tail", str(TAIL),
+                "--ridgefill-guard-period", str(period)) as srv:
         props = srv.get("/props")["ridgefill"]
-        assert props["guard"] is True and props["guard_period"] == PERIOD
+        assert props["guard"] is True and props["guard_period"] == period
         assert props["guard_threshold"] == pytest.approx(read_maps(guarded20).guard.threshold, rel=1e-6)
 
         def timings(prompt, **body):
@@ -219,7 +221,7 @@ def test_the_server_reports_and_obeys_the_guard(smollm2, guarded20, texts):
             return r.json()["timings"]
 
         t = timings(prose)
-        assert t["prompt_n"] - TAIL > SINK + PERIOD + W                              # the probe and one check
+        assert t["prompt_n"] - TAIL > SINK + period + W                              # the probe and one check
         assert t["ridgefill_guard"] == "passed" and t["ridgefill_filled_n"] == t["prompt_n"] - SINK - TAIL - 2 * W
         assert 0 < t["ridgefill_guard_score"] <= t["ridgefill_guard_threshold"]
         t = timings(code)

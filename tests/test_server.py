@@ -20,7 +20,7 @@ TAIL, SINK = 200, 4
 def long_prompt(smollm2, prose_tokens):
     from llama_cpp import Llama
     llm = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
-    text = llm.detokenize(prose_tokens[1:1000]).decode(errors="ignore")
+    text = llm.detokenize(prose_tokens[1:640]).decode(errors="ignore")   # ~640 tokens
     return text
 
 
