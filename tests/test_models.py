@@ -45,6 +45,14 @@ def test_the_tests_smollm2_is_the_packages(smollm2, smollm2_pypi, prose_tokens):
     assert kl.mean() < 0.01 and (p.argmax(-1) == q.argmax(-1)).mean() >= 0.94, (kl.mean(), kl.max())
 
 
+def test_requantize_refuses_an_unknown_type(smollm2_pypi, tmp_path):
+    from ridgefill.ggufio import requantize
+    for kw in ({"to": "Q9_9"}, {"only": ("Q4_1", "q4")}):
+        with pytest.raises(RidgefillError, match="is not a GGML tensor type"):
+            requantize(smollm2_pypi, tmp_path / "out.gguf", **kw)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.fixture
 def private_cache(tmp_path, monkeypatch, smollm2_pypi):
     """A cache of our own holding a copy of SmolLM2's package, so tests can damage it."""

@@ -382,7 +382,8 @@ def copy_gguf(reader: GGUFReader, path: str | Path, *, arch: str | None = None, 
 
 
 # llama.cpp's general.file_type of a model whose weights are mostly of one type (llama_ftype)
-_FILE_TYPE = {GGMLQuantizationType.Q8_0: 7, GGMLQuantizationType.Q4_0: 2}
+_FILE_TYPE = {GGMLQuantizationType.F32: 0, GGMLQuantizationType.F16: 1, GGMLQuantizationType.Q4_0: 2,
+              GGMLQuantizationType.Q8_0: 7}
 
 
 def requantize(src: str | Path, dst: str | Path, to: str = "Q8_0", only: tuple[str, ...] = ("Q4_1",)) -> Path:
@@ -392,6 +393,9 @@ def requantize(src: str | Path, dst: str | Path, to: str = "Q8_0", only: tuple[s
     The tests run SmolLM2 so: its package ships Q4_1, which llama.cpp's fast x86 prompt kernels do not cover, and
     its Q8_0 re-encoding processes prompts twice as fast on 2 cores (224 vs 442 tokens/s, 2026-12-03) and predicts
     as the package's file does (tests/test_models.py)."""
+    for name in (to, *only):
+        if name not in GGMLQuantizationType.__members__:
+            raise RidgefillError(f"requantize: {name!r} is not a GGML tensor type (e.g. Q8_0, Q4_1, F16, F32)")
     qto, kinds = GGMLQuantizationType[to], {GGMLQuantizationType[k] for k in only}
     reader = open_gguf(check_gguf(src))
     tensors = [(t.name, quantize(dequantize(t.data, t.tensor_type), qto), qto) if t.tensor_type in kinds
