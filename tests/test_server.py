@@ -193,37 +193,61 @@ def test_parallel_completions_copy_the_record(srv, long_prompt):
         assert exact["timings"]["cache_n"] <= SINK, slot
 
 
-def test_concurrent_mix_keeps_exact_answers_exact(srv, long_prompt):
+@pytest.fixture(scope="module")
+def blank_fill(smollm2, tmp_path_factory):
+    """Split-6 maps that predict nothing (zero prior, relative λ 1e6, no sink): a filled row carries no information
+    past layer 6, so a first-token answer that reused one moves by a nat or changes token (checked in the test)."""
+    from conftest import _calibrated
+    return _calibrated(smollm2, 6, 1024, tmp_path_factory.mktemp("maps") / "smollm2-s6-blank.gguf",
+                       lam=1e6, prior="zero", sink_tokens=0)
+
+
+def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tokens):
     """Exact and approximate requests, streaming and not, on shared prefixes at once: every exact answer's first
-    token is the one a fresh exact prefill gives, with the same logprob up to batch-shape noise (0.023 measured in
-    this test: requests batched together, or re-evaluating the last token of a reused prompt alone, are computed
-    in other batch shapes than the solo run; which of the two it was is not established).
-    Approximate cells moved it by 0.33 in issue #9.  Later tokens are not compared: greedy texts part at near-ties
-    when requests share batches, on upstream's server too (the soak, docs/results.md)."""
-    prompts = ["Mix one.\n" + long_prompt[:2000], "Mix two.\n" + long_prompt[1000:3000]]
-    bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
-              for p in prompts for rf, stream in ((True, False), (False, True), ({"tail_tokens": 100}, True), (False, False))]
-    out = [None] * len(bodies)
+    token is the one a fresh exact prefill gives, with the same logprob up to batch-shape noise (requests batched
+    together, or re-evaluating the last token of a reused prompt alone, are computed in other batch shapes than the
+    solo run: up to 0.07 measured on this machine and 0.11 in CI with the tests' Q8_0 SmolLM2, 0.023 with the
+    package's Q4_1).  The fill is blank_fill's, so that an exact answer computed over filled cells is unmistakable:
+    the test first checks that the approximate answers are a nat away or another token.  Later tokens are not
+    compared: greedy texts part at near-ties when requests share batches, on upstream's server too (the soak,
+    docs/results.md)."""
+    from llama_cpp import Llama
+    vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
+    prompts = [head + vocab.detokenize(prose_tokens[a:b]).decode(errors="ignore")
+               for head, a, b in (("Mix one.\n", 1, 600), ("Mix two.\n", 600, 1199))]   # ~600 tokens each
+    approximate = (True, {"tail_tokens": 100})
+    with Server(smollm2, "-c", "4096", "-b", "2048", "-t", str(n_threads()), "-np", "2", "-fa", "off",
+                "--ridgefill-maps", str(blank_fill), "--ridgefill-tail", str(TAIL), "--ridgefill-sink", "0") as s:
+        def first(prompt, rf):
+            return complete(s, prompt, ridgefill=rf, cache_prompt=False, n_predict=1, n_probs=1)["completion_probabilities"][0]
 
-    def run(i):
-        body = {"n_predict": 4, "n_probs": 1, "temperature": 0.0, **bodies[i]}
-        with requests.post(srv.url + "/completion", json=body, timeout=600, stream=body["stream"]) as r:
-            assert r.status_code == 200, r.text
-            if body["stream"]:
-                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
-                out[i] = [p for c in chunks for p in c.get("completion_probabilities", [])]
-            else:
-                out[i] = r.json()["completion_probabilities"]
+        exact = {p: first(p, False) for p in prompts}
+        for p in prompts:   # the test's power: an answer over filled cells is far from the exact one
+            for rf in approximate:
+                got = first(p, rf)
+                assert got["id"] != exact[p]["id"] or abs(got["logprob"] - exact[p]["logprob"]) > 0.5, (rf, got)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for body, probs in zip(bodies, out):
-        assert probs
-        if body["ridgefill"] is False:
-            want = complete(srv, body["prompt"], ridgefill=False, cache_prompt=False, n_predict=1, n_probs=1)
-            got, ref = probs[0], want["completion_probabilities"][0]
-            assert got["id"] == ref["id"] and abs(got["logprob"] - ref["logprob"]) < 0.1, (got, ref)
+        bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
+                  for p in prompts for rf, stream in ((True, False), (False, True), (approximate[1], True), (False, False))]
+        out = [None] * len(bodies)
 
+        def run(i):
+            body = {"n_predict": 4, "n_probs": 1, "temperature": 0.0, **bodies[i]}
+            with requests.post(s.url + "/completion", json=body, timeout=600, stream=body["stream"]) as r:
+                assert r.status_code == 200, r.text
+                if body["stream"]:
+                    chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
+                    out[i] = [p for c in chunks for p in c.get("completion_probabilities", [])]
+                else:
+                    out[i] = r.json()["completion_probabilities"]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for body, probs in zip(bodies, out):
+            assert probs
+            if body["ridgefill"] is False:
+                got, ref = probs[0], first(body["prompt"], False)
+                assert got["id"] == ref["id"] and abs(got["logprob"] - ref["logprob"]) < 0.25, (got, ref)
