@@ -108,13 +108,20 @@ class NumpyLlama:
         q = self.rope((xn @ L.wq.T).reshape(len(xn), self.n_head, self.hd), pos)
         K = self.rope(K, np.arange(len(K)))
         if window is not None:          # by blocks of rows, each over the sink and the keys its window reaches
-            w, sink = window
+            w, sink, stride = (*window, 0)[:3]
             o = np.empty((len(xn), self.n_head, self.hd), dtype=np.float32)
             for a in range(0, len(xn), 512):
                 p = pos[a:a + 512]
                 keys = np.concatenate([np.arange(min(sink, p[0])), np.arange(max(sink, p[0] - w + 1), p[-1] + 1)])
                 seen = (keys[None, :] <= p[:, None]) & ((keys[None, :] < sink) | (keys[None, :] > p[:, None] - w))
                 mask = np.where(seen, 0, -np.inf).astype(np.float32)
+                if stride:              # and every stride-th key before its window, standing for stride keys
+                    far = np.arange(-(-sink // stride) * stride, max(0, p[-1] - w + 1), stride)
+                    keys = np.union1d(keys, far)
+                    k, q_pos = keys[None, :], p[:, None]
+                    in_window = (k <= q_pos) & ((k < sink) | (k > q_pos - w))
+                    strided = (k >= sink) & (k <= q_pos - w) & (k % stride == 0)
+                    mask = np.where(in_window, 0, np.where(strided, np.log(stride), -np.inf)).astype(np.float32)
                 o[a:a + 512] = self.softmax_av(q[a:a + 512], K[keys], V[keys], mask)
             return o.reshape(len(xn), -1) @ L.wo.T
         j = np.arange(len(K))[None, :]
@@ -190,6 +197,8 @@ class Variant:
     band: int = 0                   # > 0: layers s..s+band−1 run on the filled rows with windowed attention, and
     window: int = 0                 # the maps (fitted at split s+band) read their output ("band5w256-input-c1");
                                     # window 0 ("band5-input-c1"): the band is exact, a later split
+    stride: int = 0                 # > 0: band rows also see every stride-th key before their window, each weighted
+                                    # by stride in the softmax (mask +ln stride) for the keys it stands for ("band10w512x8-...")
 
     def features(self, h: np.ndarray, start: int) -> np.ndarray:
         return ridge.context_features(h, self.C, start)
@@ -226,7 +235,7 @@ class Variant:
                 if l > s:
                     out.append(model.kv(l, x[lo:]))
                 K, V = model.kv(l, x)
-                x[lo:] = model.block(l, x[lo:], pos, K, V, window=(self.window, lo))
+                x[lo:] = model.block(l, x[lo:], pos, K, V, window=(self.window, lo, self.stride))
                 x[:lo] = acts[l + 1, :lo]
             out.append(model.kv(s + self.band, x[lo:]))
             s, h = s + self.band, x
@@ -252,6 +261,9 @@ def flop_limit(shape: bench.Shape, v: Variant, s: int, n: int, tail: int, sink: 
     less the attention its filled rows do not do (they see the sink and their window, not every earlier key)."""
     v = v.base or v
     total = bench.flops(shape, n, s + v.band, tail, sink, v.kind, v.C, v.band if v.window else 0, v.window)
+    if v.window and v.stride:           # of the keys a window skips, every stride-th is seen after all
+        m = max(0, n - tail - sink - v.window)
+        total += v.band * 2 * 2 * shape.n_head * shape.head_dim * m * (m + 1) / 2 / v.stride
     return bench.flops(shape, n) / total
 
 
@@ -283,10 +295,11 @@ def parse_variant(spec: str) -> Variant:
     if spec.startswith("band"):                     # "band5w256-input-c1"
         b, rest = spec[4:].split("-", 1)
         band, _, w = b.partition("w")
+        w, _, stride = w.partition("x")
         v = parse_variant(rest)
         if v.mix:
             raise SystemExit(f"{spec!r}: a band with mixture maps is not supported")
-        v.name, v.band, v.window = spec, int(band), int(w or 0)
+        v.name, v.band, v.window, v.stride = spec, int(band), int(w or 0), int(stride or 0)
         return v
     if spec.endswith(".gguf"):                      # a map file from `ridgefill calibrate`, as the runtime has it
         m = read_maps(spec)

@@ -91,3 +91,28 @@ def test_fill_sim_window_sees_the_sink_and_w_latest_keys(smollm2):
         p = pos[r]
         want = model.attend(3, xn[r:r + 1], pos[r:r + 1], K, V, hidden=slice(sink, max(sink, p - w + 1)))
         np.testing.assert_allclose(got[r], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_fill_sim_strided_window_weights_the_far_keys(smollm2):
+    """A window with a stride also sees every stride-th key before the window (from the sink on), each with
+    +ln(stride) in its score: full attention row by row under that additive mask.  Stride 1 is the full attention."""
+    model = fill_sim.NumpyLlama(str(smollm2))
+    rng = np.random.default_rng(1)
+    n, sink, w, lo = 1100, 4, 37, 4
+    x = rng.standard_normal((n, model.d)).astype(np.float32)
+    K, V = model.kv(3, x)
+    L = model.layers[3]
+    xn = fill_sim.rms_norm(x[lo:], L.attn_norm, model.eps)
+    pos = np.arange(lo, n)
+    q = model.rope((xn @ L.wq.T).reshape(len(xn), model.n_head, model.hd), pos)
+    Kr = model.rope(K, np.arange(n))
+    for stride in (8, 5):
+        got = model.attend(3, xn, pos, K, V, window=(w, sink, stride))
+        for r in (0, 40, 512, 700, 1095):
+            p, j = pos[r], np.arange(n)
+            far = (j >= sink) & (j <= p - w) & (j % stride == 0)
+            mask = np.where((j <= p) & ((j < sink) | (j > p - w)), 0, np.where(far, np.log(stride), -np.inf))
+            want = model.softmax_av(q[r:r + 1], Kr, V, mask[None, :].astype(np.float32)).reshape(1, -1) @ L.wo.T
+            np.testing.assert_allclose(got[r], want[0], rtol=1e-4, atol=1e-5)
+    full = model.attend(3, xn, pos, K, V)
+    np.testing.assert_allclose(model.attend(3, xn, pos, K, V, window=(w, sink, 1)), full, rtol=1e-4, atol=1e-5)
