@@ -9,7 +9,8 @@ decide a setting — tail KL(exact‖variant) and pass-key retrieval (teacher-fo
 greedy choice) — on the same prompts.  Variants are fitted here from a calibration pass like `ridgefill calibrate`'s
 (same text, chunks, sink and held-out λ), so features the runtime cannot use yet can be compared with ones it can.
 A variant "bandBwW-..." runs layers s..s+B−1 on the filled rows with attention windowed to W positions (and the sink),
-then fills the rest from maps fitted at split s+B (docs/maps.md, "A windowed band").
+then fills the rest from maps fitted at split s+B (docs/maps.md, "A windowed band"); "bandBwWxK-..." also sees every
+K-th key before the window, weighted by K; "bandBwWfL1.L2-..." leaves band layers L1, L2 unwindowed.
 
 The numpy forward is checked against the fork: with exact K/V it reproduces the captured tail inputs of every
 layer (relative error printed as `check`), so the KL here measures the fill, not numpy-vs-ggml arithmetic.
@@ -199,6 +200,7 @@ class Variant:
                                     # window 0 ("band5-input-c1"): the band is exact, a later split
     stride: int = 0                 # > 0: band rows also see every stride-th key before their window, each weighted
                                     # by stride in the softmax (mask +ln stride) for the keys it stands for ("band10w512x8-...")
+    full: frozenset = frozenset()   # band layers that attend to every earlier position, unwindowed ("band10w1024f16.17-...")
 
     def features(self, h: np.ndarray, start: int) -> np.ndarray:
         return ridge.context_features(h, self.C, start)
@@ -235,7 +237,7 @@ class Variant:
                 if l > s:
                     out.append(model.kv(l, x[lo:]))
                 K, V = model.kv(l, x)
-                x[lo:] = model.block(l, x[lo:], pos, K, V, window=(self.window, lo, self.stride))
+                x[lo:] = model.block(l, x[lo:], pos, K, V, window=None if l in self.full else (self.window, lo, self.stride))
                 x[:lo] = acts[l + 1, :lo]
             out.append(model.kv(s + self.band, x[lo:]))
             s, h = s + self.band, x
@@ -261,9 +263,10 @@ def flop_limit(shape: bench.Shape, v: Variant, s: int, n: int, tail: int, sink: 
     less the attention its filled rows do not do (they see the sink and their window, not every earlier key)."""
     v = v.base or v
     total = bench.flops(shape, n, s + v.band, tail, sink, v.kind, v.C, v.band if v.window else 0, v.window)
-    if v.window and v.stride:           # of the keys a window skips, every stride-th is seen after all
-        m = max(0, n - tail - sink - v.window)
+    m = max(0, n - tail - sink - v.window) if v.window else 0
+    if v.stride:                        # of the keys a window skips, every stride-th is seen after all
         total += v.band * 2 * 2 * shape.n_head * shape.head_dim * m * (m + 1) / 2 / v.stride
+    total += len(v.full) * 2 * 2 * shape.n_head * shape.head_dim * m * (m + 1) / 2    # unwindowed band layers
     return bench.flops(shape, n) / total
 
 
@@ -295,11 +298,13 @@ def parse_variant(spec: str) -> Variant:
     if spec.startswith("band"):                     # "band5w256-input-c1"
         b, rest = spec[4:].split("-", 1)
         band, _, w = b.partition("w")
+        w, _, full = w.partition("f")
         w, _, stride = w.partition("x")
         v = parse_variant(rest)
         if v.mix:
             raise SystemExit(f"{spec!r}: a band with mixture maps is not supported")
         v.name, v.band, v.window, v.stride = spec, int(band), int(w or 0), int(stride or 0)
+        v.full = frozenset(int(x) for x in full.split(".") if x)
         return v
     if spec.endswith(".gguf"):                      # a map file from `ridgefill calibrate`, as the runtime has it
         m = read_maps(spec)

@@ -64,15 +64,19 @@ def test_fill_sim_band(smollm2, maps20, prose_tokens):
     band, wide, narrow = (fill_sim.parse_variant(f"band5{w}-{maps20}") for w in ("", "w100000", "w32"))
     assert (band.band, band.window, wide.window, narrow.window) == (5, 0, 100000, 32)
     ex20, got20, _ = fill_sim.run_prompt(model, 20, acts, tail, sink, [s20])
-    ex15, got15, _ = fill_sim.run_prompt(model, 15, acts, tail, sink, [band, wide, narrow])
+    unwindowed = fill_sim.parse_variant(f"band5w32f15.16.17.18.19-{maps20}")     # every band layer left unwindowed
+    assert unwindowed.full == frozenset(range(15, 20))
+    ex15, got15, _ = fill_sim.run_prompt(model, 15, acts, tail, sink, [band, wide, narrow, unwindowed])
     ref = _kl(ex20, got20[s20.name])
     assert ref > 1e-3
     assert _kl(ex15, ex20) < 0.02 * ref and _kl(got15[band.name], got20[s20.name]) < 0.02 * ref   # numpy vs ggml
     assert _kl(got15[wide.name], got15[band.name]) < 0.02 * ref    # the band's layers in numpy: 512-row blocks
     assert _kl(got15[narrow.name], got15[band.name]) > 0.02 * ref
+    assert _kl(got15[unwindowed.name], got15[band.name]) < 0.02 * ref
     shape = fill_sim.bench.Shape.of(str(smollm2))
     limit = lambda v, s: fill_sim.flop_limit(shape, v, s, len(toks), tail, sink)  # noqa: E731
     assert limit(band, 15) == limit(s20, 20) and limit(wide, 15) == limit(s20, 20)
+    assert abs(limit(unwindowed, 15) / limit(s20, 20) - 1) < 1e-12
     assert limit(s20, 20) < limit(narrow, 15) < limit(fill_sim.parse_variant(str(maps20)), 15)
 
 
