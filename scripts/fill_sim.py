@@ -199,8 +199,8 @@ class Variant:
     window: int = 0                 # the maps (fitted at split s+band) read their output ("band5w256-input-c1");
                                     # window 0 ("band5-input-c1"): the band is exact, a later split
     stride: int = 0                 # > 0: band rows also see every stride-th key before their window, each weighted
-                                    # by stride in the softmax (mask +ln stride) for the keys it stands for ("band10w512x8-...")
-    full: frozenset = frozenset()   # band layers that attend to every earlier position, unwindowed ("band10w1024f16.17-...")
+                                    # by stride in the softmax (mask +ln stride), "band10w512x8-..."
+    full: frozenset = frozenset()   # band layers that attend to every earlier position: "band10w1024f16.17-..."
 
     def features(self, h: np.ndarray, start: int) -> np.ndarray:
         return ridge.context_features(h, self.C, start)
@@ -237,7 +237,8 @@ class Variant:
                 if l > s:
                     out.append(model.kv(l, x[lo:]))
                 K, V = model.kv(l, x)
-                x[lo:] = model.block(l, x[lo:], pos, K, V, window=None if l in self.full else (self.window, lo, self.stride))
+                window = None if l in self.full else (self.window, lo, self.stride)
+                x[lo:] = model.block(l, x[lo:], pos, K, V, window=window)
                 x[:lo] = acts[l + 1, :lo]
             out.append(model.kv(s + self.band, x[lo:]))
             s, h = s + self.band, x

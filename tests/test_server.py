@@ -196,7 +196,7 @@ def test_parallel_completions_copy_the_record(srv, long_prompt):
 @pytest.fixture(scope="module")
 def blank_fill(smollm2, tmp_path_factory):
     """Split-6 maps that predict nothing (zero prior, relative λ 1e6, no sink): a filled row carries no information
-    past layer 6, so a first-token answer that reused one moves by a nat or changes token (checked in the test)."""
+    past layer 6, so a first-token answer that reused one moves about a nat or changes token (checked in the test)."""
     from conftest import _calibrated
     return _calibrated(smollm2, 6, 1024, tmp_path_factory.mktemp("maps") / "smollm2-s6-blank.gguf",
                        lam=1e6, prior="zero", sink_tokens=0)
@@ -208,8 +208,8 @@ def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tok
     together, or re-evaluating the last token of a reused prompt alone, are computed in other batch shapes than the
     solo run: up to 0.07 measured on this machine and 0.11 in CI with the tests' Q8_0 SmolLM2, 0.023 with the
     package's Q4_1).  The fill is blank_fill's, so that an exact answer computed over filled cells is unmistakable:
-    the test first checks that the approximate answers are a nat away or another token.  Later tokens are not
-    compared: greedy texts part at near-ties when requests share batches, on upstream's server too (the soak,
+    the test first checks that the approximate answers are over half a nat away or another token.  Later tokens are
+    not compared: greedy texts part at near-ties when requests share batches, on upstream's server too (the soak,
     docs/results.md)."""
     from llama_cpp import Llama
     vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
@@ -219,7 +219,8 @@ def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tok
     with Server(smollm2, "-c", "4096", "-b", "2048", "-t", str(n_threads()), "-np", "2", "-fa", "off",
                 "--ridgefill-maps", str(blank_fill), "--ridgefill-tail", str(TAIL), "--ridgefill-sink", "0") as s:
         def first(prompt, rf):
-            return complete(s, prompt, ridgefill=rf, cache_prompt=False, n_predict=1, n_probs=1)["completion_probabilities"][0]
+            r = complete(s, prompt, ridgefill=rf, cache_prompt=False, n_predict=1, n_probs=1)
+            return r["completion_probabilities"][0]
 
         exact = {p: first(p, False) for p in prompts}
         for p in prompts:   # the test's power: an answer over filled cells is far from the exact one
@@ -228,7 +229,8 @@ def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tok
                 assert got["id"] != exact[p]["id"] or abs(got["logprob"] - exact[p]["logprob"]) > 0.5, (rf, got)
 
         bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
-                  for p in prompts for rf, stream in ((True, False), (False, True), (approximate[1], True), (False, False))]
+                  for p in prompts
+                  for rf, stream in ((True, False), (False, True), (approximate[1], True), (False, False))]
         out = [None] * len(bodies)
 
         def run(i):
