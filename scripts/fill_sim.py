@@ -10,7 +10,9 @@ greedy choice) — on the same prompts.  Variants are fitted here from a calibra
 (same text, chunks, sink and held-out λ), so features the runtime cannot use yet can be compared with ones it can.
 A variant "bandBwW-..." runs layers s..s+B−1 on the filled rows with attention windowed to W positions (and the sink),
 then fills the rest from maps fitted at split s+B (docs/maps.md, "A windowed band"); "bandBwWxK-..." also sees every
-K-th key before the window, weighted by K; "bandBwWfL1.L2-..." leaves band layers L1, L2 unwindowed.
+K-th key before the window, weighted by K; "bandBwWfL1.L2-..." leaves band layers L1, L2 unwindowed;
+"bandBwWhN-..." leaves the N kv heads of the band unwindowed whose window changes their output most on calibration
+text (select_heads).
 
 The numpy forward is checked against the fork: with exact K/V it reproduces the captured tail inputs of every
 layer (relative error printed as `check`), so the KL here measures the fill, not numpy-vs-ggml arithmetic.
@@ -25,7 +27,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +103,19 @@ class NumpyLlama:
         return out
 
     def attend(self, l: int, xn: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
-               hidden: slice | None = None, window: tuple[int, int] | None = None) -> np.ndarray:
+               hidden: slice | None = None, window: tuple[int, int] | None = None,
+               full_heads: frozenset = frozenset()) -> np.ndarray:
         """Layer l's attention output (after its output projection) for rows with normed inputs xn at positions pos
         over a cache K, V (pre-RoPE, rows = positions 0..); causal; `hidden` cache rows are not seen; window =
-        (w, sink): a row sees only the sink rows and its own w latest positions."""
+        (w, sink): a row sees only the sink rows and its own w latest positions; the query heads of the kv heads in
+        full_heads see every earlier position all the same."""
+        o = self.attend_heads(l, xn, pos, K, V, hidden, window, full_heads)
+        return o.reshape(len(xn), -1) @ self.layers[l].wo.T
+
+    def attend_heads(self, l: int, xn: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
+                     hidden: slice | None = None, window: tuple[int, int] | None = None,
+                     full_heads: frozenset = frozenset()) -> np.ndarray:
+        """attend's output per query head (n, n_head, hd), before the output projection."""
         L = self.layers[l]
         q = self.rope((xn @ L.wq.T).reshape(len(xn), self.n_head, self.hd), pos)
         K = self.rope(K, np.arange(len(K)))
@@ -124,19 +135,27 @@ class NumpyLlama:
                     strided = (k >= sink) & (k <= q_pos - w) & (k % stride == 0)
                     mask = np.where(in_window, 0, np.where(strided, np.log(stride), -np.inf)).astype(np.float32)
                 o[a:a + 512] = self.softmax_av(q[a:a + 512], K[keys], V[keys], mask)
-            return o.reshape(len(xn), -1) @ L.wo.T
+            heads = [h for h in range(self.n_head) if h // (self.n_head // self.n_kv) in full_heads]
+            for a in range(0, len(xn) if heads else 0, 512):   # unwindowed heads: causal over every key
+                p = pos[a:a + 512]
+                mask = np.where(np.arange(p[-1] + 1)[None, :] > p[:, None], -np.inf, 0).astype(np.float32)
+                o[a:a + 512, heads] = self.softmax_av(q[a:a + 512], K[:p[-1] + 1], V[:p[-1] + 1], mask,
+                                                      heads)[:, heads]
+            return o
         j = np.arange(len(K))[None, :]
         mask = np.where(j > pos[:, None], -np.inf, 0).astype(np.float32)
         if hidden is not None:
             mask[:, hidden] = -np.inf
-        return self.softmax_av(q, K, V, mask).reshape(len(xn), -1) @ L.wo.T
+        return self.softmax_av(q, K, V, mask)
 
-    def softmax_av(self, q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """softmax(q·K/√hd + mask)·V per head (GQA: query head h reads kv head h // (n_head / n_kv))."""
+    def softmax_av(self, q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray,
+                   heads: list[int] | None = None) -> np.ndarray:
+        """softmax(q·K/√hd + mask)·V per head (GQA: query head h reads kv head h // (n_head / n_kv)); with `heads`
+        only those query heads are computed (the others are left zero)."""
         g = self.n_head // self.n_kv
         q = q * np.float32(1 / np.sqrt(self.hd))
-        o = np.empty(q.shape, dtype=np.float32)
-        for h in range(self.n_head):        # in place: at 8K a score matrix is 1K x 8K per head
+        o = np.zeros(q.shape, dtype=np.float32)
+        for h in range(self.n_head) if heads is None else heads:   # in place: at 8K a score matrix is 1K x 8K
             sc = q[:, h] @ K[:, h // g].T
             sc += mask
             sc -= sc.max(1, keepdims=True)
@@ -165,10 +184,11 @@ class NumpyLlama:
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T, inputs
 
     def block(self, l: int, x: np.ndarray, pos: np.ndarray, K: np.ndarray, V: np.ndarray,
-              hidden: slice | None = None, window: tuple[int, int] | None = None) -> np.ndarray:
+              hidden: slice | None = None, window: tuple[int, int] | None = None,
+              full_heads: frozenset = frozenset()) -> np.ndarray:
         """Layer l on rows x at positions pos over the cache K, V (which holds the rows' own K/V): its output."""
         L = self.layers[l]
-        x = x + self.attend(l, rms_norm(x, L.attn_norm, self.eps), pos, K, V, hidden, window)
+        x = x + self.attend(l, rms_norm(x, L.attn_norm, self.eps), pos, K, V, hidden, window, full_heads)
         xn = rms_norm(x, L.ffn_norm, self.eps)
         a = xn @ L.gate.T
         return x + ((a / (1 + np.exp(-a))) * (xn @ L.up.T)) @ L.down.T
@@ -201,6 +221,9 @@ class Variant:
     stride: int = 0                 # > 0: band rows also see every stride-th key before their window, each weighted
                                     # by stride in the softmax (mask +ln stride), "band10w512x8-..."
     full: frozenset = frozenset()   # band layers that attend to every earlier position: "band10w1024f16.17-..."
+    heads: int = 0                  # > 0: that many kv heads of the band are left unwindowed, those whose window
+    full_heads: dict = field(default_factory=dict)  # changes their output most on calibration text (select_heads):
+                                    # layer -> frozenset of kv heads, "band10w1024h6-..."
 
     def features(self, h: np.ndarray, start: int) -> np.ndarray:
         return ridge.context_features(h, self.C, start)
@@ -238,7 +261,8 @@ class Variant:
                     out.append(model.kv(l, x[lo:]))
                 K, V = model.kv(l, x)
                 window = None if l in self.full else (self.window, lo, self.stride)
-                x[lo:] = model.block(l, x[lo:], pos, K, V, window=window)
+                x[lo:] = model.block(l, x[lo:], pos, K, V, window=window,
+                                     full_heads=self.full_heads.get(l, frozenset()))
                 x[:lo] = acts[l + 1, :lo]
             out.append(model.kv(s + self.band, x[lo:]))
             s, h = s + self.band, x
@@ -268,6 +292,7 @@ def flop_limit(shape: bench.Shape, v: Variant, s: int, n: int, tail: int, sink: 
     if v.stride:                        # of the keys a window skips, every stride-th is seen after all
         total += v.band * 2 * 2 * shape.n_head * shape.head_dim * m * (m + 1) / 2 / v.stride
     total += len(v.full) * 2 * 2 * shape.n_head * shape.head_dim * m * (m + 1) / 2    # unwindowed band layers
+    total += v.heads * shape.n_head // shape.n_kv * 2 * 2 * shape.head_dim * m * (m + 1) / 2   # ... and heads
     return bench.flops(shape, n) / total
 
 
@@ -300,12 +325,14 @@ def parse_variant(spec: str) -> Variant:
         b, rest = spec[4:].split("-", 1)
         band, _, w = b.partition("w")
         w, _, full = w.partition("f")
+        w, _, heads = w.partition("h")
         w, _, stride = w.partition("x")
         v = parse_variant(rest)
         if v.mix:
             raise SystemExit(f"{spec!r}: a band with mixture maps is not supported")
         v.name, v.band, v.window, v.stride = spec, int(band), int(w or 0), int(stride or 0)
         v.full = frozenset(int(x) for x in full.split(".") if x)
+        v.heads = int(heads or 0)
         return v
     if spec.endswith(".gguf"):                      # a map file from `ridgefill calibrate`, as the runtime has it
         m = read_maps(spec)
@@ -518,6 +545,40 @@ def run_prompt(model: NumpyLlama, s: int, acts: np.ndarray, tail: int, sink: int
     return logits_ex, out, check
 
 
+def head_scores(model: NumpyLlama, s: int, band: int, window: int, sink: int, acts: np.ndarray) -> np.ndarray:
+    """What windowing costs each kv head of band layers s..s+band−1 on one text with exact layer inputs acts:
+    (band, n_kv) sums over the rows the window changes (positions ≥ sink + window) of the squared change the window
+    makes to the head group's contribution to the residual stream (its query heads' outputs through W_o)."""
+    n, g = acts.shape[1], model.n_head // model.n_kv
+    lo = min(n, sink + window)
+    out = np.zeros((band, model.n_kv))
+    for i, l in enumerate(range(s, s + band)):
+        L = model.layers[l]
+        K, V = model.kv(l, acts[l])
+        xn, pos = rms_norm(acts[l, lo:], L.attn_norm, model.eps), np.arange(lo, n)
+        d = (model.attend_heads(l, xn, pos, K, V) - model.attend_heads(l, xn, pos, K, V, window=(window, sink)))
+        wo = L.wo.reshape(model.d, model.n_head, model.hd)
+        for h in range(model.n_head):
+            out[i, h // g] += float(np.square(d[:, h] @ wo[:, h].T).sum())
+    return out
+
+
+def select_heads(v: Variant, scores: np.ndarray, s: int) -> dict[int, frozenset]:
+    """The v.heads kv heads with the largest scores (head_scores, summed over texts): layer -> kv heads."""
+    top = np.argsort(-scores, axis=None, kind="stable")[:v.heads]
+    picked: dict[int, set] = {}
+    for i in top:
+        picked.setdefault(s + int(i) // scores.shape[1], set()).add(int(i) % scores.shape[1])
+    return {l: frozenset(h) for l, h in sorted(picked.items())}
+
+
+def calibration_text(runner, calib_tokens: int, ctx: int) -> str:
+    """The Brown documents calibration read (held_out leaves them out)."""
+    docs = [d.text for d in data.corpus("brown")]
+    need = -(-calib_tokens // ctx) * ctx
+    return "\n\n".join(docs[i] for i in calibrate.read_documents(docs, runner.tokenize, need)[1])
+
+
 def held_out(runner, name: str, calib_tokens: int, ctx: int) -> str:
     """The domain's text; for the calibration corpus (Brown) without the documents calibration read."""
     if name != "brown":
@@ -550,6 +611,8 @@ def main() -> None:
     ap.add_argument("--domains", default="shakespeare")
     ap.add_argument("--needle-per-depth", type=int, default=4)
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
+    ap.add_argument("--head-prompts", type=int, default=1,
+                    help="calibration texts (of --length tokens) that choose a band's unwindowed heads (bandBwWhN)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -571,6 +634,22 @@ def main() -> None:
               "variants": [v.name for v in variants],
               "kl": {}, "needle": {}}
     checks = []
+    banded = {(v.band, v.window) for v in variants if v.heads}
+    if banded:                  # unwindowed heads are chosen on calibration text, never on the prompts
+        picks = kl_prompts(runner, calibration_text(runner, args.calib_tokens, args.ctx), args.length,
+                           args.head_prompts)
+        scores = {bw: 0 for bw in banded}
+        for toks in tqdm(picks, desc="head scores", unit="text"):
+            acts = capture(runner, toks)
+            for band, w in banded:
+                scores[band, w] = scores[band, w] + head_scores(model, s, band, w, sink, acts)
+        result["head_scores"] = {f"band{b}w{w}": x.tolist() for (b, w), x in scores.items()}
+        result["full_heads"] = {}
+        for v in variants:
+            if v.heads:
+                v.full_heads = select_heads(v, scores[v.band, v.window], s)
+                result["full_heads"][v.name] = {l: sorted(h) for l, h in v.full_heads.items()}
+                print(f"{v.name}: unwindowed kv heads {result['full_heads'][v.name]}", file=sys.stderr)
     for dom in args.domains.split(","):
         text = held_out(runner, dom, args.calib_tokens, args.ctx)
         per = {v.name: [] for v in variants}

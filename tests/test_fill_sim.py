@@ -120,3 +120,40 @@ def test_fill_sim_strided_window_weights_the_far_keys(smollm2):
             np.testing.assert_allclose(got[r], want[0], rtol=1e-4, atol=1e-5)
     full = model.attend(3, xn, pos, K, V)
     np.testing.assert_allclose(model.attend(3, xn, pos, K, V, window=(w, sink, 1)), full, rtol=1e-4, atol=1e-5)
+
+
+def test_fill_sim_unwindowed_heads(smollm2):
+    """bandBwWhN: the query heads of the chosen kv heads attend to every earlier key, the others keep the window;
+    the heads chosen are those whose window changes the residual stream most (head_scores); FLOPs count them."""
+    model = fill_sim.NumpyLlama(str(smollm2))
+    rng = np.random.default_rng(2)
+    n, sink, w, lo, g = 1100, 4, 37, 4, model.n_head // model.n_kv
+    x = rng.standard_normal((n, model.d)).astype(np.float32)
+    K, V = model.kv(3, x)
+    xn = fill_sim.rms_norm(x[lo:], model.layers[3].attn_norm, model.eps)
+    pos = np.arange(lo, n)
+    full = model.attend_heads(3, xn, pos, K, V)
+    win = model.attend_heads(3, xn, pos, K, V, window=(w, sink))
+    got = model.attend_heads(3, xn, pos, K, V, window=(w, sink), full_heads=frozenset({1}))
+    np.testing.assert_allclose(got[:, g:2 * g], full[:, g:2 * g], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(np.delete(got, np.s_[g:2 * g], axis=1), np.delete(win, np.s_[g:2 * g], axis=1))
+    every = model.attend(3, xn, pos, K, V, window=(w, sink), full_heads=frozenset(range(model.n_kv)))
+    np.testing.assert_allclose(every, model.attend(3, xn, pos, K, V), rtol=1e-4, atol=1e-5)
+
+    acts = np.stack([x] * 6)                    # layer inputs of layers 0..5 (the same rows: a shape check)
+    scores = fill_sim.head_scores(model, 3, 2, w, sink, acts)
+    assert scores.shape == (2, model.n_kv) and (scores > 0).all()
+    assert fill_sim.head_scores(model, 3, 2, n, sink, acts).sum() == 0     # a window over the whole text: no change
+    v = fill_sim.parse_variant("band2w37h2-input-c0")
+    assert (v.band, v.window, v.heads, v.stride) == (2, 37, 2, 0)
+    picked = fill_sim.select_heads(v, np.array([[1.0, 5.0, 0.5], [4.0, 0.1, 0.2]]), 3)
+    assert picked == {3: frozenset({1}), 4: frozenset({0})}
+    assert fill_sim.parse_variant("band10w512x8h3f12-input-c0").heads == 3
+
+    shape = fill_sim.bench.Shape.of(str(smollm2))
+    limit = lambda spec: fill_sim.flop_limit(shape, fill_sim.parse_variant(spec), 10, 8192, 1024, 4)  # noqa: E731
+    all_heads, all_layers = f"band10w1024h{10 * model.n_kv}-input-c0", "band10w1024f" + ".".join(
+        str(l) for l in range(10, 20)) + "-input-c0"
+    assert abs(limit(all_heads) / limit(all_layers) - 1) < 1e-12
+    assert limit(all_layers) < limit("band10w1024h6-input-c0") < limit("band10w1024h3-input-c0") \
+        < limit("band10w1024-input-c0")
