@@ -2,7 +2,8 @@
 
     python scripts/kl_ratio.py REF.json:MODE OTHER.json:MODE ... [--domain brown] [--length 8192]
 
-Each argument is a `ridgefill eval --json` file and one of its modes ("ridgefill" or "maps:NAME"). The runs must
+Each argument is a `ridgefill eval --json` file and one of its modes ("ridgefill" or "maps:NAME"), or a
+`scripts/fill_sim.py --json` file and one of its variants (runs of one file share their prompts). The runs must
 have evaluated the same prompts (same domain, length, count, seed): their exact NLL must agree, else the script
 refuses; `--exact-tolerance NATS` accepts a difference up to NATS in the mean exact NLL (the same prompts run on
 another machine, whose kernels round differently) and prints it. The interval of a ratio of means resamples whole
@@ -22,7 +23,16 @@ def load(arg: str, domain: str, length: int) -> tuple[str, dict, dict]:
     path += ".json"
     if not sep:
         sys.exit(f"{arg}: expected FILE.json:MODE")
-    cell = json.load(open(path))["domains"][domain][f"tail@{length}"]
+    d = json.load(open(path))
+    if "kl" in d:                       # fill_sim: per-prompt KL of each variant; the prompts are the file's
+        per = d["kl"][domain]
+        if mode not in per:
+            sys.exit(f"{path}: no variant {mode!r} (variants: {', '.join(per)})")
+        kl = np.asarray(per[mode])
+        boot = kl[np.random.default_rng(0).integers(0, len(kl), size=(4000, len(kl)))].mean(-1)
+        cell = {"tokens": [d["length"], d["tail_tokens"], d.get("skip_tokens", 0), len(kl)], "nll_exact": [0.0]}
+        return f"{path}:{mode}", cell, {"kl_prompts": per[mode], "kl": [kl.mean(), *np.percentile(boot, [2.5, 97.5])]}
+    cell = d["domains"][domain][f"tail@{length}"]
     if mode not in cell["modes"]:
         sys.exit(f"{path}: no mode {mode!r} (modes: {', '.join(cell['modes'])})")
     return f"{path}:{mode}", cell, cell["modes"][mode]
@@ -34,6 +44,7 @@ def main() -> None:
     ap.add_argument("--domain", default="brown")
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--boot", type=int, default=4000)
+    ap.add_argument("--digits", type=int, default=2, help="decimals of the ratios")
     ap.add_argument("--exact-tolerance", type=float, default=0.0, metavar="NATS",
                     help="largest difference in mean exact NLL accepted between runs (runs on different machines)")
     a = ap.parse_args()
@@ -57,7 +68,8 @@ def main() -> None:
         lo, hi = np.percentile(means[i] / means[0], [2.5, 97.5])
         per = kl[i] / kl[0]
         print(f"| {name} | {m['kl'][0]:.4f} [{m['kl'][1]:.4f}, {m['kl'][2]:.4f}] | "
-              f"{kl[i].mean() / kl[0].mean():.2f} [{lo:.2f}, {hi:.2f}] | {per.min():.2f}–{per.max():.2f} | "
+              f"{kl[i].mean() / kl[0].mean():.{a.digits}f} [{lo:.{a.digits}f}, {hi:.{a.digits}f}] | "
+              f"{per.min():.2f}–{per.max():.2f} | "
               f"{int((kl[i] > kl[0]).sum())}/{kl.shape[1]} |")
 
 

@@ -157,3 +157,22 @@ def test_fill_sim_unwindowed_heads(smollm2):
     assert abs(limit(all_heads) / limit(all_layers) - 1) < 1e-12
     assert limit(all_layers) < limit("band10w1024h6-input-c0") < limit("band10w1024h3-input-c0") \
         < limit("band10w1024-input-c0")
+
+
+def test_kl_ratio_reads_fill_sim_json(tmp_path):
+    """scripts/kl_ratio.py pairs fill_sim's variants prompt by prompt and refuses runs over other prompts."""
+    import json
+    import subprocess
+    run = {"length": 8192, "tail_tokens": 1024, "skip_tokens": 0,
+           "kl": {"brown": {"a": [0.01, 0.02, 0.03, 0.04], "b": [0.02, 0.04, 0.06, 0.08]}}}
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    run["kl"]["brown"] = {"a": [0.01, 0.02]}
+    (tmp_path / "other.json").write_text(json.dumps(run))
+    script = [sys.executable, str(ROOT / "scripts" / "kl_ratio.py")]
+    out = subprocess.run(script + [f"{tmp_path}/r.json:a", f"{tmp_path}/r.json:b", "--digits", "3"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| 2.000 [2.000, 2.000] | 2.00–2.00 | 4/4 |" in out
+    bad = subprocess.run(script + [f"{tmp_path}/r.json:a", f"{tmp_path}/other.json:a"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "other prompts" in bad.stderr
+    bad = subprocess.run(script + [f"{tmp_path}/r.json:a", f"{tmp_path}/r.json:c"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no variant 'c'" in bad.stderr
