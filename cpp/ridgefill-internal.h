@@ -6,6 +6,7 @@
 #include "ggml.h"
 #include "ggml-backend.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +36,10 @@ struct ridgefill_maps {
     // band_layers layers below the split run in full, attending only to the sink and their band_window latest
     // positions; the maps read their output.  The runtime may override both (llama_ridgefill_set_band).
     int32_t band_layers = 0, band_window = 0;
+    // band layers that attend to every position on the filled rows as well, like exact layers (GGUF
+    // ridgefill.band_full_layers, ascending, below split_layer; absent: none): the far context the window would take
+    // from them is what the maps miss most (docs/maps.md, "Unwindowed heads or unwindowed layers")
+    std::vector<int32_t> band_full_layers;
     int64_t d_k = 0, d_v = 0;  // kv maps: rows [0, d_k) of y are K (head-major), [d_k, d_k + d_v) are V
     uint64_t generation = 0;  // unique per load: graphs are reused only for the same maps, not the same address
     std::string path;
@@ -85,9 +90,13 @@ struct ridgefill_context {
 
     int32_t sink() const { return sink_tokens >= 0 ? sink_tokens : (maps ? maps->sink_tokens : 0); }
     int32_t band_layers = -1, band_window = -1;  // -1: the maps' own
+    bool    band_full_set = false;                // band_full_layers overrides the maps' own
+    std::vector<int32_t> band_full_layers;
     bool    band_cost_warned = false;             // the warning that a band without flash attention saves nothing
     int32_t band() const { return band_of(band_layers, maps.get()); }
     int32_t window() const { return window_of(band_layers, band_window, maps.get()); }
+    // the band's layers that attend to every position (ascending; only those inside the band in effect)
+    std::vector<int32_t> band_full() const;
     // the band in effect for overrides (-1: the maps' own) and maps; a band without a window anywhere gets
     // RIDGEFILL_BAND_WINDOW (the best measured trade at 8K: docs/maps.md, "The windowed band in the runtime")
     static constexpr int32_t RIDGEFILL_BAND_WINDOW = 1024;
@@ -162,9 +171,14 @@ struct ridgefill_graph {
     int32_t n_canary = 0;
 
     // a windowed band (approximate graphs): layers [split_layer - band_layers, split_layer) attend through a mask
-    // that keeps the first band_sink positions and each row's band_window latest ones
+    // that keeps the first band_sink positions and each row's band_window latest ones; the band_full layers among
+    // them take the layer input's ordinary mask
     int32_t band_layers = 0, band_window = 0, band_sink = 0;
-    bool in_band(int il) const { return approx() && il >= split_layer - band_layers && il < split_layer; }
+    std::vector<int32_t> band_full;
+    bool in_band(int il) const {
+        return approx() && il >= split_layer - band_layers && il < split_layer &&
+               std::find(band_full.begin(), band_full.end(), il) == band_full.end();
+    }
 
     bool approx() const { return maps != nullptr; }
     bool operator==(const ridgefill_graph & o) const {
@@ -173,7 +187,7 @@ struct ridgefill_graph {
                record_norm == o.record_norm && rescale_k == o.rescale_k && context_tokens == o.context_tokens &&
                carry_rf == o.carry_rf && record_pred == o.record_pred && canary_maps == o.canary_maps &&
                n_canary == o.n_canary && band_layers == o.band_layers && band_window == o.band_window &&
-               band_sink == o.band_sink;
+               band_sink == o.band_sink && band_full == o.band_full;
     }
     bool operator!=(const ridgefill_graph & o) const { return !(*this == o); }
 };

@@ -139,6 +139,22 @@ struct gguf_file {
         }
     }
 
+    // an integer array (empty when absent)
+    std::vector<int32_t> i32s(const char * key) const {
+        const int64_t id = gguf_find_key(gguf, key);
+        if (id < 0) return {};
+        const gguf_type t = gguf_get_kv_type(gguf, id);
+        const gguf_type at = t == GGUF_TYPE_ARRAY ? gguf_get_arr_type(gguf, id) : t;
+        expect(id, key, t == GGUF_TYPE_ARRAY && (at == GGUF_TYPE_UINT32 || at == GGUF_TYPE_INT32),
+               "an array of 32-bit integers");
+        const int32_t * p = (const int32_t *) gguf_get_arr_data(gguf, id);
+        std::vector<int32_t> v(p, p + gguf_get_arr_n(gguf, id));
+        for (int32_t x : v) {
+            expect(id, key, at == GGUF_TYPE_INT32 || x >= 0, "integers below 2^31");
+        }
+        return v;
+    }
+
     // a float32 scalar or array (def when absent)
     std::vector<float> f32s(const char * key) const {
         const int64_t id = gguf_find_key(gguf, key);
@@ -239,13 +255,14 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     maps->context_tokens = (int32_t) file.u("ridgefill.context_tokens", 0);
     maps->band_layers = (int32_t) file.u("ridgefill.band_layers", 0);
     maps->band_window = (int32_t) file.u("ridgefill.band_window", 0);
+    maps->band_full_layers = file.i32s("ridgefill.band_full_layers");
     const std::string kind = file.str("ridgefill.map_kind", "input");
 
     const int32_t n_layer = (int32_t) model.hparams.n_layer();
     const int64_t n_embd  = model.hparams.n_embd;
-    if (maps->format_version < 1 || maps->format_version > 2) {
+    if (maps->format_version < 1 || maps->format_version > 3) {
         throw std::runtime_error(maps_path + ": format_version " + std::to_string(maps->format_version) +
-                                 " is not one this build reads (1, 2): the file is from a newer RidgeFill");
+                                 " is not one this build reads (1..3): the file is from a newer RidgeFill");
     }
     if (kind != "input" && kind != "kv") {
         throw std::runtime_error(maps_path + ": map_kind '" + kind + "' is not one this build knows (input, kv)");
@@ -273,6 +290,15 @@ std::shared_ptr<ridgefill_maps> ridgefill_maps_load(const llama_model & model, c
     if (maps->split_layer < 1 || maps->split_layer > n_layer - 1) {
         throw std::runtime_error(maps_path + ": split_layer " + std::to_string(maps->split_layer) + " outside 1.." +
                                  std::to_string(n_layer - 1));
+    }
+    for (size_t i = 0; i < maps->band_full_layers.size(); ++i) {  // format 3: unwindowed layers of the file's band
+        const int32_t il = maps->band_full_layers[i];
+        if (il < maps->split_layer - maps->band_layers || il >= maps->split_layer ||
+            (i > 0 && il <= maps->band_full_layers[i - 1])) {
+            throw std::runtime_error(maps_path + ": band_full_layers must be ascending layers of the band " +
+                                     std::to_string(maps->split_layer - maps->band_layers) + ".." +
+                                     std::to_string(maps->split_layer - 1) + " (layer " + std::to_string(il) + ")");
+        }
     }
     const std::string fp = ridgefill_fingerprint(model_path);
     if (fp != maps->fingerprint) {

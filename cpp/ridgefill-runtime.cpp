@@ -161,6 +161,7 @@ ridgefill_graph ridgefill_graph_for(const ridgefill_context * rf, const llama_ub
         g.band_layers = rf->band();
         g.band_window = rf->window();
         g.band_sink   = rf->sink();
+        g.band_full   = rf->band_full();
     }
     if (rf->splice == ridgefill_splice::none) {
         return g;
@@ -425,6 +426,19 @@ std::mutex g_memory_mutex;
 std::map<const void *, ridgefill_context *> g_memory_owner;  // a context's memory -> its RidgeFill state
 
 } // namespace
+
+std::vector<int32_t> ridgefill_context::band_full() const {
+    const std::vector<int32_t> & all =
+        band_full_set || !maps ? band_full_layers : maps->band_full_layers;
+    std::vector<int32_t> in;
+    const int32_t split = maps ? maps->split_layer : 0;
+    for (int32_t il : all) {
+        if (il >= split - band() && il < split) {
+            in.push_back(il);
+        }
+    }
+    return in;
+}
 
 ridgefill_context::~ridgefill_context() {
     std::lock_guard<std::mutex> lock(g_memory_mutex);
@@ -923,6 +937,21 @@ static int32_t check_band(const llama_context * ctx, int32_t layers, int32_t win
     return 0;
 }
 
+// unwindowed band layers: ascending layers below the split (outside the band in effect they change nothing)
+static int32_t check_band_full(const std::vector<int32_t> & layers, const ridgefill_maps & maps) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i] < 0 || layers[i] >= maps.split_layer) {
+            return fail("band_full_layers: layer " + std::to_string(layers[i]) + " is not below the split layer " +
+                        std::to_string(maps.split_layer) + " (only band layers can attend to every position)");
+        }
+        if (i > 0 && layers[i] <= layers[i - 1]) {
+            return fail("band_full_layers must be ascending without repeats (" + std::to_string(layers[i - 1]) +
+                        " then " + std::to_string(layers[i]) + ")");
+        }
+    }
+    return 0;
+}
+
 // the window is a mask: only an attention kernel that skips masked positions (the CPU's flash attention) turns it
 // into a saving; without one the band layers cost what exact layers cost (said once per context)
 static void warn_band_cost(llama_context * ctx, int32_t layers, const ridgefill_maps & maps) {
@@ -957,6 +986,9 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
                        ridgefill_context::window_of(rf.band_layers, rf.band_window, maps.get()), *maps) != 0) {
             return -1;
         }
+        if (rf.band_full_set && check_band_full(rf.band_full_layers, *maps) != 0) {
+            return -1;
+        }
         warn_band_cost(ctx, ridgefill_context::band_of(rf.band_layers, maps.get()), *maps);
         std::string where;  // the buffers, one per device holding maps: "1.2 MiB on RPC0[host:port], ..."
         for (ggml_backend_buffer_t buf : maps->bufs) {
@@ -973,8 +1005,13 @@ int32_t llama_ridgefill_load_maps(llama_context * ctx, const char * maps_path, c
                        m.split_layer, maps_path, where.c_str(), m.kind == ridgefill_map_kind::kv ? "kv" : "input",
                        m.context_tokens);
         if (state(ctx).band() > 0) {
+            std::string full;
+            for (int32_t il : state(ctx).band_full()) {
+                full += (full.empty() ? "; layers " : ", ") + std::to_string(il);
+            }
             LLAMA_LOG_INFO("ridgefill: band: layers %d-%d of filled rows attend to the sink and their %d latest "
-                           "positions\n", m.split_layer - state(ctx).band(), m.split_layer - 1, state(ctx).window());
+                           "positions%s\n", m.split_layer - state(ctx).band(), m.split_layer - 1, state(ctx).window(),
+                           full.empty() ? "" : (full + " attend to every position").c_str());
         }
         if (m.guard_window > 0) {
             LLAMA_LOG_INFO("ridgefill: guard: %d-row checks, threshold %.2f (from the held-out calibration text)\n",
@@ -1046,6 +1083,39 @@ int32_t llama_ridgefill_band(const llama_context * ctx, int32_t * n_layers, int3
         *window = on ? ctx->ridgefill->window() : -1;
     }
     return on ? 0 : -1;
+}
+
+int32_t llama_ridgefill_set_band_full_layers(llama_context * ctx, const int32_t * layers, int32_t n) {
+    ridgefill_context & rf = state(ctx);
+    if (!rf.maps) {
+        return fail("no maps loaded (llama_ridgefill_load_maps): band_full_layers are set for the maps' split layer");
+    }
+    if (n < 0) {
+        rf.band_full_set = false;
+        rf.band_full_layers.clear();
+        return 0;
+    }
+    if (n > 0 && !layers) {
+        return fail("band_full_layers: " + std::to_string(n) + " layers but no array");
+    }
+    std::vector<int32_t> v(layers, layers + n);
+    if (check_band_full(v, *rf.maps) != 0) {
+        return -1;
+    }
+    rf.band_full_set    = true;
+    rf.band_full_layers = std::move(v);
+    return 0;
+}
+
+int32_t llama_ridgefill_band_full_layers(const llama_context * ctx, int32_t * out, int32_t cap) {
+    if (!ctx->ridgefill || !ctx->ridgefill->maps) {
+        return -1;
+    }
+    const std::vector<int32_t> full = ctx->ridgefill->band_full();
+    for (int32_t i = 0; out && i < cap && i < (int32_t) full.size(); ++i) {
+        out[i] = full[i];
+    }
+    return (int32_t) full.size();
 }
 
 int32_t llama_ridgefill_set_splice(llama_context * ctx, const char * mode) {

@@ -63,6 +63,13 @@ LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);
 LLAMA_API int32_t llama_ridgefill_set_band(struct llama_context * ctx, int32_t n_layers, int32_t window);
 // The band in effect; returns -1 (and -1s) without maps.  NULLs allowed.
 LLAMA_API int32_t llama_ridgefill_band(const struct llama_context * ctx, int32_t * n_layers, int32_t * window);
+// Band layers that attend to every position on the filled rows too, as exact layers do (default: the maps'
+// ridgefill.band_full_layers; absent: none): n layers, ascending, each below the split layer; n = 0 windows the
+// whole band, n < 0 restores the maps' own.  Those outside the band in effect change nothing.
+LLAMA_API int32_t llama_ridgefill_set_band_full_layers(struct llama_context * ctx, const int32_t * layers, int32_t n);
+// The band's layers in effect that attend to every position (inside the band, ascending): writes at most cap of
+// them to out (NULL allowed) and returns how many there are; -1 without maps.
+LLAMA_API int32_t llama_ridgefill_band_full_layers(const struct llama_context * ctx, int32_t * out, int32_t cap);
 // What the maps predict: "input" (a late layer's input; its own K/V projections run on it) or "kv" (its K,
 // after any k-norm and before RoPE, and V directly); NULL without maps.  context_tokens C: the maps also read
 // the split layer's input of each token's C predecessors in its sequence (-1 without maps).  A token whose

@@ -1,6 +1,7 @@
 """The windowed band: on filled rows the layers just below the split run in full over the sink and a window of
 positions, and the maps read their output (cpp/ridgefill-runtime.cpp, ggml-patches/0015-0016)."""
 import dataclasses
+import re
 import sys
 
 import numpy as np
@@ -67,7 +68,8 @@ def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
     acts = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
         np.asarray(toks, dtype=np.int32))
     v = fill_sim.parse_variant(f"band5w32-{maps20}")
-    sim_exact, got, _ = fill_sim.run_prompt(model, 15, acts, TAIL, sink, [v])
+    vf = fill_sim.parse_variant(f"band5w32f16.18-{maps20}")            # layers 16 and 18 unwindowed
+    sim_exact, got, _ = fill_sim.run_prompt(model, 15, acts, TAIL, sink, [v, vf])
 
     llm = _llm(smollm2, maps20, band_layers=5, band_window=32)
     rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
@@ -80,6 +82,13 @@ def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
 
     cut = _llm(smollm2, maps20, band_layers=5, band_window=32, n_ubatch=96)  # windows span several ubatches
     assert _kl(rt_band, cut.prompt_logits(toks, len(toks) - TAIL)) < 1e-3 * effect + 1e-6
+
+    llm.set_ridgefill(True)
+    llm.set_band(5, 32, band_full_layers=[16, 18])
+    rt_full = llm.prompt_logits(toks, len(toks) - TAIL)
+    moved = _kl(rt_band, rt_full)                    # what unwindowing two layers changes
+    assert moved > 0.02 * effect
+    assert _kl(rt_full, got[vf.name]) < 0.2 * moved
 
 
 def test_band_from_the_map_file_and_overrides(smollm2, band_maps, prose_tokens):
@@ -229,3 +238,160 @@ def test_calibrate_fits_the_maps_on_what_the_band_passes(smollm2, maps20, prose_
     m = calibrate(CalibConfig(model=smollm2, split_layer=20, tokens=1024, ctx=512, band_layers=10, band_window=W,
                               threads=n_threads(), progress=False))
     assert m.extra["calib_split_input"] == "band" and (m.band_layers, m.band_window) == (10, W)
+
+
+def test_unwindowed_band_layers(smollm2, maps20, prose_tokens):
+    """band_full_layers: those band layers take the ordinary mask (every earlier position), the others keep the
+    window.  Unwindowing the band's first layers is a shorter band, bit for bit; unwindowing all of it is the fill
+    without a band; layers outside the band change nothing; a changed list drops the cache."""
+    toks = prose_tokens[:1100]
+    llm = _llm(smollm2, maps20, band_layers=5, band_window=32)
+    short = _llm(smollm2, maps20, band_layers=3, band_window=32).prompt_logits(toks, len(toks) - TAIL)
+    llm.set_band(5, 32, band_full_layers=[15, 16])
+    assert llm.band == (5, 32) and llm.band_full_layers == (15, 16)
+    assert np.array_equal(llm.prompt_logits(toks, len(toks) - TAIL), short)
+    counts = llm.ridgefill_counts()
+    llm.set_band(5, 32, band_full_layers=[15, 16, 17, 18, 19])
+    assert llm.n_tokens == 0                                       # dropped: its cells were filled another way
+    plain = _llm(smollm2, maps20).prompt_logits(toks, len(toks) - TAIL)
+    assert np.array_equal(llm.prompt_logits(toks, len(toks) - TAIL), plain) and llm.ridgefill_counts() == counts
+    llm.set_band(5, 32, band_full_layers=[3, 15, 16])             # 3 lies below the band: in effect (15, 16)
+    assert llm.band_full_layers == (15, 16)
+    assert np.array_equal(llm.prompt_logits(toks, len(toks) - TAIL), short)
+    llm.set_band(5, 32, band_full_layers=())                       # the whole band windowed again
+    assert llm.band_full_layers == ()
+
+
+def test_unwindowed_band_layers_from_the_map_file(smollm2, maps20, tmp_path):
+    """A map file records them (ridgefill.band_full_layers, format 3) as the runtime's default; None restores them,
+    () windows the whole band; `ridgefill info` and eval's report show them.  Files without them stay format 2."""
+    import json
+    from gguf import GGUFReader
+    path = tmp_path / "full.gguf"
+    write_maps(path, dataclasses.replace(read_maps(maps20), band_layers=10, band_window=256,
+                                         band_full_layers=(10, 11, 14, 15)))
+    m = read_maps(path)
+    assert (m.format_version, m.band_full_layers) == (3, (10, 11, 14, 15))
+    fields = GGUFReader(path).fields
+    assert fields["ridgefill.format_version"].contents() == 3
+    assert fields["ridgefill.band_full_layers"].contents() == [10, 11, 14, 15]
+    assert GGUFReader(maps20).fields["ridgefill.format_version"].contents() == 2
+    llm = _llm(smollm2, path)
+    assert llm.band == (10, 256) and llm.band_full_layers == (10, 11, 14, 15)
+    llm.set_band(band_full_layers=())
+    assert llm.band_full_layers == ()
+    llm.set_band(5)                                                # a shorter band keeps the file's 14, 15 inside it
+    assert llm.band_full_layers == (15,)
+    llm.set_band()
+    assert llm.band == (10, 256) and llm.band_full_layers == (10, 11, 14, 15)
+    info = run_cli("ridgefill", "info", str(path))
+    assert info.returncode == 0 and "256 latest positions; layers 10, 11, 14, 15 attend to every position" \
+        in info.stdout, info.stdout
+    out = tmp_path / "eval.json"
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(path), "--task", "kl", "--lengths", "768",
+                "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare", "--band-full-layers", "14,15",
+                "-t", str(n_threads()), "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "split layer 20 (band: layers 10..19, window 256; unwindowed 14, 15)" in r.stdout
+    assert json.loads(out.read_text())["band_full_layers"] == [14, 15]
+
+
+def test_bad_unwindowed_band_layers_are_refused(smollm2, maps20, tmp_path):
+    from ridgefill.calibrate import CalibConfig, calibrate
+    llm = _llm(smollm2, maps20, band_layers=5, band_window=32)
+    for layers, message in (([20], "band_full_layers: layer 20 is not below the split layer 20"),
+                            ([17, 16], "band_full_layers must be ascending without repeats (17 then 16)"),
+                            ([-1], "layer -1 is not below")):
+        with pytest.raises(RidgefillError, match=re.escape(message)):
+            llm.set_band(band_full_layers=layers)
+    assert llm.band_full_layers == ()                              # a refused list leaves the old one
+    with pytest.raises(RidgefillError, match="band_full_layers must be layer numbers"):
+        llm.set_band(band_full_layers=["16"])
+    base = read_maps(maps20)
+    for band, full, message in ((10, (5,), "band_full_layers [5]: must be ascending layers of the band 10..19"),
+                                (10, (12, 12), "band_full_layers [12, 12]: must be ascending"),
+                                (0, (12,), "(there is no band: band_layers 0)")):
+        with pytest.raises(RidgefillError, match=re.escape(message)):
+            write_maps(tmp_path / "bad.gguf", dataclasses.replace(base, band_layers=band, band_window=64,
+                                                                  band_full_layers=full))
+    with pytest.raises(RidgefillError, match=re.escape("band_full_layers [25]: must be ascending layers of the band")):
+        calibrate(CalibConfig(model=smollm2, split_layer=20, band_layers=10, band_window=64, band_full_layers=(25,)),
+                  tmp_path / "x.gguf")
+    # a file whose key lies outside its band (written past the writer's check): the runtime's loader refuses it
+    from gguf import GGUFReader, GGUFValueType
+    from ridgefill.ggufio import copy_gguf
+    good = tmp_path / "good.gguf"
+    write_maps(good, dataclasses.replace(base, band_layers=10, band_window=64, band_full_layers=(12,)))
+    bad = tmp_path / "outside.gguf"
+    copy_gguf(GGUFReader(good), bad, keep_key=lambda k: k != "ridgefill.band_full_layers",
+              add_keys=lambda w: w.add_key_value("ridgefill.band_full_layers", [5], GGUFValueType.ARRAY,
+                                                 sub_type=GGUFValueType.UINT32))
+    with pytest.raises(RidgefillError, match=re.escape("band_full_layers must be ascending layers of the band "
+                                                       "10..19 (layer 5)")):
+        _llm(smollm2, bad)
+    for flag, message in (("20", "band_full_layers: layer 20 is not below the split layer 20"),
+                          ("1x", "--ridgefill-band-full-layers: '1x' is not a layer number")):
+        r = run_cli("ridgefill-server", "-m", str(smollm2), "--port", "0", "-c", "512", "--ridgefill-maps",
+                    str(maps20), "--ridgefill-band-full-layers", flag, timeout=120)
+        assert r.returncode != 0 and message in r.stderr + r.stdout, (r.stderr + r.stdout)[-2000:]
+
+
+def test_server_unwindowed_band_layers(smollm2, maps20, prose_tokens):
+    """ridgefill-server takes the unwindowed layers from --ridgefill-band-full-layers ('none' and the maps' own
+    otherwise), reports them in /props, and fills as the bindings do."""
+    from ridgefill.server import Server
+    toks = prose_tokens[:1100]
+    llm = _llm(smollm2, maps20, band_layers=10, band_window=64, band_full_layers=[14, 15])
+    out = llm.create_completion(toks, max_tokens=8, temperature=0.0)["choices"][0]["text"]
+    with Server(smollm2, "-c", "2048", "-t", str(n_threads()), "-np", "1", "-fa", "off", "--ridgefill-maps",
+                str(maps20), "--ridgefill-tail", str(TAIL), "--ridgefill-band-layers", "10",
+                "--ridgefill-band-window", "64", "--ridgefill-band-full-layers", "14,15") as s:
+        rf = s.get("/props")["ridgefill"]
+        assert (rf["band_layers"], rf["band_window"], rf["band_full_layers"]) == (10, 64, [14, 15])
+        r = requests.post(s.url + "/completion", json={"prompt": toks, "n_predict": 8, "temperature": 0.0,
+                                                       "cache_prompt": False}, timeout=600).json()
+    assert r["timings"]["ridgefill_filled_n"] == len(toks) - TAIL - 4
+    assert r["content"] == out
+    with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "--ridgefill-maps", str(maps20),
+                "--ridgefill-band-layers", "10", "--ridgefill-band-full-layers", "none") as s:
+        assert s.get("/props")["ridgefill"]["band_full_layers"] == []
+
+
+def test_unwindowed_band_flops():
+    """bench.flops: an unwindowed band layer skips nothing; the others skip what a window skips."""
+    from ridgefill.bench import Shape, flops
+    shape = Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152, n_ctx_train=8192)
+    n, tail, sink, s, W = 8192, 1024, 4, 20, 1024
+    assert flops(shape, n, s, tail, sink, band_layers=10, band_window=W, band_full=4) == \
+        pytest.approx(flops(shape, n, s, tail, sink, band_layers=6, band_window=W), rel=1e-12)
+    # docs/maps.md's FLOP limit of band 10-19, W = 1024, layers 10, 11, 14, 15 unwindowed at 8K: 1.46x
+    assert flops(shape, n) / flops(shape, n, s, tail, sink, band_layers=10, band_window=W, band_full=4) == \
+        pytest.approx(1.46, abs=0.005)
+
+
+def test_calibrate_band_fed_with_unwindowed_layers(smollm2, maps20, prose_tokens, tmp_path):
+    """calibrate --band-full-layers records them, and its band-fed features are what the runtime's band with those
+    layers unwindowed passes the maps (bit for bit)."""
+    from ridgefill._lib import lib
+    from ridgefill.calibrate import LayerInputs
+    n, W = 600, 32
+    toks = np.asarray(prose_tokens[:n], dtype=np.int32)
+    got = LayerInputs(smollm2, [20], n, n_threads(), band_layers=10, band_window=W, sink_tokens=4,
+                      band_full_layers=(14, 15)).run(toks)
+    llm = ridgefill.Llama(str(smollm2), maps_path=str(maps20), tail_tokens=1, sink_tokens=4, band_layers=10,
+                          band_window=W, band_full_layers=[14, 15], flash_attn=True, guard=False, n_ctx=n,
+                          n_batch=n, n_ubatch=n, n_threads=n_threads(), n_threads_batch=n_threads(), verbose=False)
+    assert lib().llama_ridgefill_capture_layer_input(llm.ctx, 20, True)
+    llm.eval(list(toks))
+    want = np.ctypeslib.as_array(lib().llama_ridgefill_layer_input(llm.ctx, 20), shape=(n, llm.n_embd()))
+    np.testing.assert_array_equal(got[0], want)
+    windowed = LayerInputs(smollm2, [20], n, n_threads(), band_layers=10, band_window=W, sink_tokens=4).run(toks)
+    assert not np.array_equal(got[0], windowed[0])
+    out = tmp_path / "full.gguf"
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "1024", "-c", "512", "--band-layers", "10",
+                "--band-window", "128", "--band-full-layers", "10,11,14,15", "-o", str(out), "--no-progress",
+                "-t", str(n_threads()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = read_maps(out)
+    assert (m.band_layers, m.band_window, m.band_full_layers) == (10, 128, (10, 11, 14, 15))
+    assert m.extra["calib_split_input"] == "band"

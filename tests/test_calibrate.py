@@ -269,7 +269,7 @@ def rewritten(src, out, drop=(), **keys):
 
 def test_bad_map_files_of_format_2_are_refused(maps20, maps_kv20, tmp_path):
     cases = [(dict(map_kind="foo"), "ridgefill.map_kind 'foo' is unknown"),
-             (dict(format_version=3), "map format version 3 is newer than this ridgefill reads (2)"),
+             (dict(format_version=4), "map format version 4 is newer than this ridgefill reads (3)"),
              (dict(context_tokens=3), "ridgefill.context_tokens 3 outside 0..2"),
              (dict(map_kind="kv"), "kv maps need ridgefill.kv_dims"),
              (dict(context_tokens=1), "layer 21: map shapes (576, 576)/(576,), expected (576, 1152)/(576,)")]

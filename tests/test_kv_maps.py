@@ -156,7 +156,7 @@ def relabelled(src, out, **keys):
 
 def test_bad_kv_files_are_refused_by_the_runtime(smollm2, maps_kv20, tmp_path):
     cases = [({"map_kind": "foo"}, "map_kind 'foo' is not one this build knows"),
-             ({"format_version": 3}, "format_version 3 is not one this build reads"),
+             ({"format_version": 4}, "format_version 4 is not one this build reads"),
              ({"context_tokens": 3}, "context_tokens 3 outside 0..2"),
              ({"context_tokens": 1}, r"expected f32/f16/q8_0 \[1152, 384\]"),      # the tensors are for 2
              ({"map_kind": "input"}, r"expected f32/f16/q8_0 \[1728, 576\]"),

@@ -45,6 +45,8 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_split_layer", [ctx], i32),
             ("llama_ridgefill_set_band", [ctx, i32, i32], i32),
             ("llama_ridgefill_band", [ctx, ctypes.POINTER(i32), ctypes.POINTER(i32)], i32),
+            ("llama_ridgefill_set_band_full_layers", [ctx, ctypes.POINTER(i32), i32], i32),
+            ("llama_ridgefill_band_full_layers", [ctx, ctypes.POINTER(i32), i32], i32),
             ("llama_ridgefill_map_kind", [ctx], ctypes.c_char_p),
             ("llama_ridgefill_context_tokens", [ctx], i32),
             ("llama_ridgefill_capture_predicted", [ctx, ctypes.c_bool], i32),

@@ -48,7 +48,8 @@ class Shape:
 
 
 def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0,
-          map_kind: str = "input", context_tokens: int = 0, band_layers: int = 0, band_window: int = 0) -> float:
+          map_kind: str = "input", context_tokens: int = 0, band_layers: int = 0, band_window: int = 0,
+          band_full: int = 0) -> float:
     """Prefill FLOPs of an n-token prompt; with split_layer, tokens in [sink, n - tail) take the approximate path.
 
     Exact layer, per token at position p: Q/K/V/O projections, attention over p+1 keys, gated FFN.
@@ -56,7 +57,8 @@ def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink:
     map, from (1 + context_tokens)·d features, to the layer input (then its K/V projections) or to K/V directly.
     The output head runs for the last token only.
     A band (band_layers > 0): the band_layers layers below the split run in full on approximate tokens, but a
-    token at position p attends to the sink keys and its band_window latest ones instead of all p+1.
+    token at position p attends to the sink keys and its band_window latest ones instead of all p+1, except in
+    band_full of them (unwindowed), which attend to all p+1 as exact layers do.
     """
     d_q, d_kv = s.n_head * s.head_dim, s.n_kv * s.head_dim
     proj = 2 * (s.d * d_q + 2 * s.d * d_kv + d_q * s.d + 3 * s.d * s.d_ff)
@@ -76,7 +78,7 @@ def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink:
         total += n_approx * per_token - saved
         if band_layers and band_window:     # the j-th filled token skips max(0, j - band_window) keys
             m = max(0, n_approx - band_window)
-            total -= band_layers * 2 * 2 * d_q * m * (m + 1) / 2
+            total -= (band_layers - band_full) * 2 * 2 * d_q * m * (m + 1) / 2
     return float(total)
 
 
@@ -118,7 +120,8 @@ def interleaved(n: int, repeats: int, limit: float, once) -> Row:
 
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
         threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print, *, n_gpu_layers: int = 0,
-        flash_attn: bool = False, band_layers: int | None = None, band_window: int | None = None) -> dict:
+        flash_attn: bool = False, band_layers: int | None = None, band_window: int | None = None,
+        band_full_layers: list[int] | None = None) -> dict:
     from .runtime import Llama
     shape = Shape.of(model)
     if max(lengths) > shape.n_ctx_train:
@@ -129,7 +132,7 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
     llm = Llama(str(model), maps_path=maps_path, tail_tokens=tail, sink_tokens=sink, n_ctx=n_ctx,
                 n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads, verbose=False,
                 n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, guard=False, band_layers=band_layers,
-                band_window=band_window)
+                band_window=band_window, band_full_layers=band_full_layers)
     tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
     if len(tokens) < max(lengths):
         raise RidgefillError("not enough text for the longest prompt")
@@ -146,11 +149,11 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
             llm.eval(tokens[:n])
             return time.perf_counter() - t0, llm.ridgefill_counts()[0]
         limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind, llm.context_tokens,
-                                        *llm.band)
+                                        *llm.band, band_full=len(llm.band_full_layers))
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "band_layers": llm.band[0],
-            "band_window": llm.band[1], "tail_tokens": tail,
+            "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers), "tail_tokens": tail,
             "sink_tokens": sink, "repeats": repeats, "threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
             "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
 
@@ -246,12 +249,14 @@ def run_server(url: str, lengths: list[int], tail: int | None, repeats: int, mod
             return time.perf_counter() - t0, res["timings"].get("ridgefill_filled_n", 0)
         limit = (flops(shape, n) / flops(shape, n, rf["split_layer"], tail, rf["sink_tokens"], rf.get("map_kind") or "input",
                                          max(0, rf.get("context_tokens", 0)), max(0, rf.get("band_layers", 0)),
-                                         max(0, rf.get("band_window", 0)))) if shape else float("nan")
+                                         max(0, rf.get("band_window", 0)), len(rf.get("band_full_layers") or []))
+                 if shape else float("nan"))
         rows.append(interleaved(n, repeats, limit, once))
         progress(format_row(rows[-1]))
     return {"model": str(model), "server": url, "maps": rf.get("maps"), "split_layer": rf["split_layer"],
             "band_layers": rf.get("band_layers", 0), "band_window": rf.get("band_window", 0),
-            "tail_tokens": tail, "sink_tokens": rf["sink_tokens"], "repeats": repeats, "threads": None,
+            "band_full_layers": rf.get("band_full_layers") or [], "tail_tokens": tail,
+            "sink_tokens": rf["sink_tokens"], "repeats": repeats, "threads": None,
             "maps_bytes": rf.get("maps_bytes", 0), "rows": [asdict(r) for r in rows]}
 
 

@@ -60,6 +60,7 @@ class CalibConfig:
     sink_tokens: int = 4
     band_layers: int = 0                              # the runtime's default windowed band below the split (0: none)
     band_window: int = 0                              # positions a band layer of a filled row attends to
+    band_full_layers: tuple[int, ...] = ()            # band layers that attend to every position (unwindowed)
     threads: int | None = None
     diag_tokens: int = 1024                           # held-out tokens sampled (in 32-row windows): K/V diagnostics, guard
     seed: int = 0
@@ -76,7 +77,7 @@ class LayerInputs:
     maps (they fill only layers whose output nobody reads), written to a temporary file for the load."""
 
     def __init__(self, model: Path, layers: list[int], ctx: int, threads: int | None, band_layers: int = 0,
-                 band_window: int = 0, sink_tokens: int = 0):
+                 band_window: int = 0, sink_tokens: int = 0, band_full_layers: tuple[int, ...] = ()):
         from llama_cpp import Llama
         from llama_cpp import llama_cpp as C
         self.C = C
@@ -91,7 +92,7 @@ class LayerInputs:
             from .runtime import Llama as RidgefillLlama
             with tempfile.TemporaryDirectory(prefix="ridgefill-") as tmp, suppress_stdout_stderr(disable=False):
                 zero = Path(tmp) / "band-placeholder.gguf"
-                _zero_maps(model, layers[0], sink_tokens, band_layers, band_window, zero)
+                _zero_maps(model, layers[0], sink_tokens, band_layers, band_window, zero, band_full_layers)
                 # flash attention: the band's window is skipped, not only masked (docs/runtime.md); quiet: the
                 # runtime's notes on loading the placeholder (no guard in it) are not the user's business
                 self.llm = RidgefillLlama(str(model), maps_path=str(zero), tail_tokens=1, sink_tokens=sink_tokens,
@@ -140,7 +141,8 @@ class LayerInputs:
         return out
 
 
-def _zero_maps(model: Path, split: int, sink_tokens: int, band_layers: int, band_window: int, path: Path) -> None:
+def _zero_maps(model: Path, split: int, sink_tokens: int, band_layers: int, band_window: int, path: Path,
+               band_full_layers: tuple[int, ...] = ()) -> None:
     """A map file of zero input maps at `split` recording a band: what puts the runtime on its approximate path."""
     reader = open_gguf(model)
     arch = field_value(reader, "general.architecture")
@@ -151,7 +153,8 @@ def _zero_maps(model: Path, split: int, sink_tokens: int, band_layers: int, band
                              base_fingerprint=fingerprint(reader), map_type="f16",
                              weights={l: np.zeros((d, d), np.float32) for l in late},
                              biases={l: np.zeros(d, np.float32) for l in late},
-                             band_layers=band_layers, band_window=band_window))
+                             band_layers=band_layers, band_window=band_window,
+                             band_full_layers=tuple(band_full_layers)))
 
 
 READ_ORDERS = ("sequential", "spread")
@@ -285,7 +288,7 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
         raise RidgefillError("--lambda auto needs held-out tokens: set --val-fraction > 0")
     if cfg.lam != "auto" and not (isinstance(cfg.lam, (int, float)) and cfg.lam >= 0):
         raise RidgefillError(f"--lambda must be 'auto' or a number >= 0, not {cfg.lam!r}")
-    check_band(cfg.split_layer, cfg.band_layers, cfg.band_window)   # before the forward pass, not after
+    check_band(cfg.split_layer, cfg.band_layers, cfg.band_window, cfg.band_full_layers)  # before the pass
     if not 0 <= cfg.sink_tokens < cfg.ctx - 1:
         raise RidgefillError(f"--sink-tokens must be in 0..{cfg.ctx - 2}")
     if cfg.sink_tokens < C:
@@ -315,7 +318,8 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
     band_fed = cfg.band_layers > 0 and cfg.ctx > cfg.sink_tokens + cfg.band_window + 1
     with clock("load"):
         runner = LayerInputs(model, [s, *late], cfg.ctx, cfg.threads,
-                             *((cfg.band_layers, cfg.band_window, cfg.sink_tokens) if band_fed else ()))
+                             *((cfg.band_layers, cfg.band_window, cfg.sink_tokens, tuple(cfg.band_full_layers))
+                               if band_fed else ()))
     chunks = token_budget(runner, cfg)
     is_val = val_chunks(len(chunks), cfg.val_fraction)
     if cfg.val_fraction > 0 and is_val.all():
@@ -384,7 +388,8 @@ def calibrate(cfg: CalibConfig, out_path: str | Path | None = None) -> MapFile:
                        "calib_source": ", ".join(map(str, cfg.texts)) or f"corpus:{cfg.corpus or 'brown'}",
                        "calib_split_input": "band" if band_fed else "exact"},
                 version=__version__, map_kind=kind, context_tokens=C, kv_dims=kv_dims, guard=guard_data,
-                band_layers=cfg.band_layers, band_window=cfg.band_window)
+                band_layers=cfg.band_layers, band_window=cfg.band_window,
+                band_full_layers=tuple(cfg.band_full_layers))
     if out_path is not None:
         with clock("write"):
             write_maps(out_path, m)

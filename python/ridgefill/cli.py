@@ -66,7 +66,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
                       threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress,
                       map_kind=args.map_kind, context_tokens=args.context_tokens, read_order=args.read_order,
-                      band_layers=args.band_layers, band_window=args.band_window if args.band_layers else 0)
+                      band_layers=args.band_layers, band_window=args.band_window if args.band_layers else 0,
+                      band_full_layers=tuple(args.band_full_layers))
     m = calibrate(cfg, args.output)
     print(diagnostics_table(m))
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
@@ -140,7 +141,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(bench.HEADER)
         result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads,
                            n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on",
-                           band_layers=args.band_layers, band_window=args.band_window)
+                           band_layers=args.band_layers, band_window=args.band_window,
+                           band_full_layers=args.band_full_layers)
         result.update(n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn)
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
     _write(bench, result, args)
@@ -154,6 +156,14 @@ def _band_override_args(s) -> None:
     s.add_argument("--band-window", type=int, default=None, metavar="W",
                    help="latest positions a band layer of a filled row attends to (default: the maps' own, else "
                         "1024)")
+    s.add_argument("--band-full-layers", type=_layer_list, default=None, metavar="L1,L2,..",
+                   help="band layers that attend to every position, unwindowed ('none': window the whole band; "
+                        "default: the maps' own)")
+
+
+def _layer_list(value: str) -> list[int]:
+    """--band-full-layers: comma-separated layer numbers, or 'none'."""
+    return [] if value.strip().lower() in ("none", "") else _ints(value)
 
 
 def _ints(value: str) -> list[int]:
@@ -180,7 +190,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
                               key_gap=args.key_gap, compare=args.compare_maps, guard=args.guard,
                               guard_period=args.guard_period, skip_tokens=args.skip_tokens,
                               band_layers=args.band_layers, band_window=args.band_window,
-                              threads=args.threads, seed=args.seed)
+                              band_full_layers=args.band_full_layers, threads=args.threads, seed=args.seed)
     result = evaluate.run(cfg)
     print(evaluate.report(result))
     _write(evaluate, result, args)
@@ -248,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--band-window", type=int, default=1024, metavar="W",
                    help="latest positions a band layer of a filled row attends to (default 1024: at 8K prompts it "
                         "keeps the KL within 1.11x of the split alone; docs/maps.md)")
+    s.add_argument("--band-full-layers", type=_layer_list, default=[], metavar="L1,L2,..",
+                   help="band layers that attend to every position, as exact layers do (default: none): the far "
+                        "context the window takes from them is what the maps miss most (docs/maps.md)")
     s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -56,6 +56,7 @@ class EvalConfig:
     guard_period: int | None = None        # positions between the guard's checks (None: the runtime's 1024)
     band_layers: int | None = None         # the windowed band (None: the maps' own; 0: none)
     band_window: int | None = None
+    band_full_layers: list[int] | None = None  # band layers that attend to every position (None: the maps' own)
     threads: int | None = None
     seed: int = 0
 
@@ -90,7 +91,7 @@ class Evaluator:
                              sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
                              n_threads=threads, n_threads_batch=threads, verbose=False, guard=False,
                              guard_period=cfg.guard_period, band_layers=cfg.band_layers,
-                             band_window=cfg.band_window)
+                             band_window=cfg.band_window, band_full_layers=cfg.band_full_layers)
         n_train = self.llm._model.n_ctx_train()
         for n in cfg.lengths:
             if n > n_train:
@@ -334,7 +335,8 @@ def run(cfg: EvalConfig, progress=print) -> dict:
     modes = (["ridgefill"] + (["guard"] if cfg.guard else []) +
              ([f"splice-{m}" for m in SPLICE_MODES] if "splice" in cfg.tasks else []) + list(ev.compare))
     result = {"config": asdict(cfg), "model": str(cfg.model), "maps": ev.llm.maps_path,
-              "split_layer": ev.llm.split_layer, "band": list(ev.llm.band), "domains": {}}
+              "split_layer": ev.llm.split_layer, "band": list(ev.llm.band),
+              "band_full_layers": list(ev.llm.band_full_layers), "domains": {}}
     for name, text in domains(cfg, ev, progress).items():
         dom = result["domains"][name] = {}
         if "guard" in cfg.tasks:
@@ -357,8 +359,9 @@ def report(result: dict) -> str:
     cfg = result["config"]
     band = result.get("band") or [0, 0]
     out = [f"model {Path(result['model']).name}, split layer {result['split_layer']}"
-           + (f" (band: layers {result['split_layer'] - band[0]}..{result['split_layer'] - 1}, window {band[1]})"
-              if band[0] else "")
+           + (f" (band: layers {result['split_layer'] - band[0]}..{result['split_layer'] - 1}, window {band[1]}"
+              + (f"; unwindowed {', '.join(map(str, result['band_full_layers']))}"
+                 if result.get("band_full_layers") else "") + ")" if band[0] else "")
            + f", tail {cfg['tail_tokens']}, sink {cfg['sink_tokens']}; means with 95% bootstrap intervals, "
            f"accuracies with Wilson intervals", ""]
     for name, dom in result["domains"].items():

@@ -19,7 +19,10 @@ Guard:    optional (files calibrated before it lack them; the runtime's guard is
 Band:     optional ridgefill.band_layers, band_window (u32; absent: 0, no band): the runtime's default windowed
           band (the band_layers layers below split_layer run on the filled rows with attention over the sink and
           band_window latest positions; the maps read their output).  A reader that ignores them computes those
-          layers exactly: slower, never wrong.
+          layers exactly: slower, never wrong.  Format 3 added band_full_layers (u32 array, ascending, inside the
+          band): band layers that attend to every position, as exact layers do.  A file holding it is written as
+          format 3, so that a reader that knows the band but not this key refuses it instead of windowing them;
+          every other file is still written as format 2.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ MAP_TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16, "
 DIAG_KEYS = ("r2", "rel_err", "k_rel_err", "v_rel_err", "k_norm_ratio",
              "identity_r2", "identity_rel_err", "identity_k_rel_err", "identity_v_rel_err")
 KV_DIAG_KEYS = ("k_rel_err", "v_rel_err", "k_norm_ratio", "k_r2", "v_r2", "identity_k_rel_err", "identity_v_rel_err")
-FORMAT_VERSION = 2                   # what write_maps writes and the newest read_maps reads
+FORMAT_VERSION = 3                   # the newest read_maps reads (write_maps: _format_version)
 MAP_KINDS = ("input", "kv")
 MAX_CONTEXT_TOKENS = 2
 
@@ -115,10 +118,11 @@ class MapFile:
     map_kind: str = "input"           # what W predicts: the layer input x_l, or its K and V ("kv")
     context_tokens: int = 0           # C: predecessors whose split-layer states are features too
     kv_dims: tuple[int, int] | None = None   # kv: (d_k, d_v), the rows of K and of V in W
-    format_version: int = FORMAT_VERSION     # of the file read (write_maps always writes FORMAT_VERSION)
+    format_version: int = FORMAT_VERSION     # of the file read (write_maps writes _format_version)
     guard: Guard | None = None               # the out-of-distribution guard's data (None: no guard)
     band_layers: int = 0                     # the runtime's default windowed band below split_layer (0: none)
     band_window: int = 0                     # positions a band layer of a filled row attends to, besides the sink
+    band_full_layers: tuple[int, ...] = ()   # band layers that attend to every position (ascending, inside the band)
 
     @property
     def late_layers(self) -> list[int]:
@@ -134,7 +138,7 @@ class MapFile:
             raise RidgefillError(f"context_tokens {self.context_tokens} outside 0..{MAX_CONTEXT_TOKENS}")
         if not 1 <= self.split_layer <= self.n_layer - 1:
             raise RidgefillError(f"split_layer {self.split_layer} outside 1..{self.n_layer - 1}")
-        check_band(self.split_layer, self.band_layers, self.band_window)
+        check_band(self.split_layer, self.band_layers, self.band_window, self.band_full_layers)
         if sorted(self.weights) != self.late_layers or sorted(self.biases) != self.late_layers:
             raise RidgefillError(f"maps must cover layers {self.split_layer + 1}..{self.n_layer - 1} exactly")
         L, n_ctx = len(self.late_layers), self.context_tokens + 1
@@ -171,16 +175,27 @@ class MapFile:
                                      f"(expected {n} positive), threshold {g.threshold}")
 
 
-def check_band(split_layer: int, band_layers: int, band_window: int) -> None:
+def check_band(split_layer: int, band_layers: int, band_window: int, band_full_layers=()) -> None:
     if not 0 <= band_layers <= split_layer:
         raise RidgefillError(f"band_layers {band_layers} outside 0..{split_layer} (the band is made of layers below the "
                              f"split layer {split_layer})")
     if band_layers > 0 and band_window < 1:
         raise RidgefillError(f"band_window {band_window}: a band of {band_layers} layers needs a window of at least 1")
+    full = list(band_full_layers)
+    band = range(split_layer - band_layers, split_layer)
+    if any(l not in band for l in full) or full != sorted(set(full)):
+        raise RidgefillError(f"band_full_layers {full}: must be ascending layers of the band "
+                             + (f"{band.start}..{band.stop - 1}" if band_layers
+                                else "(there is no band: band_layers 0)"))
+
+
+def _format_version(m: MapFile) -> int:
+    """What write_maps writes: 3 only for a file that needs it (band_full_layers), else 2."""
+    return 3 if m.band_full_layers else 2
 
 
 def _add_keys(w: GGUFWriter, m: MapFile) -> None:
-    w.add_uint32(PREFIX + "format_version", FORMAT_VERSION)
+    w.add_uint32(PREFIX + "format_version", _format_version(m))
     w.add_string(PREFIX + "map_kind", m.map_kind)
     w.add_uint32(PREFIX + "context_tokens", int(m.context_tokens))
     if m.map_kind == "kv":
@@ -198,6 +213,9 @@ def _add_keys(w: GGUFWriter, m: MapFile) -> None:
     if m.band_layers > 0:
         w.add_uint32(PREFIX + "band_layers", int(m.band_layers))
         w.add_uint32(PREFIX + "band_window", int(m.band_window))
+    if m.band_full_layers:
+        w.add_key_value(PREFIX + "band_full_layers", [int(x) for x in m.band_full_layers], GGUFValueType.ARRAY,
+                        sub_type=GGUFValueType.UINT32)
     if m.guard is not None:
         g = m.guard
         w.add_uint32(PREFIX + "guard.window", int(g.window))
@@ -305,7 +323,7 @@ def read_maps(path: str | Path) -> MapFile:
         (weights if m.group(2) == "weight" else biases)[int(m.group(1))] = arr
     known = {"version", "split_layer", "n_layer", "prior", "ridge_lambda", "calib_tokens", "sink_tokens",
              "base_fingerprint", "map_type", "format_version", "map_kind", "context_tokens", "kv_dims",
-             "band_layers", "band_window"}
+             "band_layers", "band_window", "band_full_layers"}
     diag, extra = {}, {}
     guard = None
     if get("guard.window") is not None:
@@ -329,7 +347,8 @@ def read_maps(path: str | Path) -> MapFile:
                 base_fingerprint=get("base_fingerprint"), map_type=get("map_type"),
                 weights=weights, biases=biases, diagnostics=diag, extra=extra, version=get("version"),
                 map_kind=kind, context_tokens=ctx, kv_dims=dims, format_version=version, guard=guard,
-                band_layers=int(get("band_layers", 0)), band_window=int(get("band_window", 0)))
+                band_layers=int(get("band_layers", 0)), band_window=int(get("band_window", 0)),
+                band_full_layers=tuple(int(x) for x in get("band_full_layers", [])))
     m.validate()
     return m
 
@@ -447,6 +466,8 @@ def info_text(path: str | Path) -> str:
              f"{m.context_tokens} before it, width {D})",
              f"band:             " + (f"layers {m.split_layer - m.band_layers}..{m.split_layer - 1} of filled rows "
                                       f"attend to the sink and their {m.band_window} latest positions"
+                                      + (f"; layers {', '.join(map(str, m.band_full_layers))} attend to every "
+                                         "position" if m.band_full_layers else "")
                                       if m.band_layers else "none"),
              f"prior:            {m.prior}",
              f"map_type:         {m.map_type}",

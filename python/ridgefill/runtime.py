@@ -51,7 +51,8 @@ class Llama(llama_cpp.Llama):
     def __init__(self, model_path: str, *, ridgefill: bool = True, maps_path: str | None = None,
                  tail_tokens: int = 1024, sink_tokens: int | None = None, splice: str | None = None,
                  rpc_servers: str | None = None, guard: bool = True, guard_period: int | None = None,
-                 band_layers: int | None = None, band_window: int | None = None, **kwargs):
+                 band_layers: int | None = None, band_window: int | None = None,
+                 band_full_layers: Sequence[int] | None = None, **kwargs):
         check_gguf(model_path)
         if maps_path is not None:
             check_gguf(maps_path)
@@ -71,7 +72,7 @@ class Llama(llama_cpp.Llama):
                                           str(model_path).encode() if maps_path else None))
         check(h.llama_ridgefill_set_sink_tokens(self.ctx, -1 if sink_tokens is None else sink_tokens))
         self.sink_tokens = h.llama_ridgefill_sink_tokens(self.ctx)  # None: the maps' calibrated sink
-        self.set_band(band_layers, band_window)
+        self.set_band(band_layers, band_window, band_full_layers)
         self.set_splice(splice)
         self.set_ridgefill(ridgefill)
         self.set_guard(guard, guard_period)
@@ -99,17 +100,33 @@ class Llama(llama_cpp.Llama):
         lib().llama_ridgefill_band(self.ctx, ctypes.byref(layers), ctypes.byref(window))
         return layers.value, window.value
 
-    def set_band(self, band_layers: int | None = None, band_window: int | None = None) -> None:
-        """The windowed band for the next prompts (None: the maps' own value; band_layers 0: no band).  Cells the
-        old setting filled would not be what this one fills: the cache is dropped."""
+    @property
+    def band_full_layers(self) -> tuple[int, ...]:
+        """The band's layers in effect that attend to every position (unwindowed), ascending."""
+        n = lib().llama_ridgefill_band_full_layers(self.ctx, None, 0)
+        out = (ctypes.c_int32 * max(n, 0))()
+        lib().llama_ridgefill_band_full_layers(self.ctx, out, n)
+        return tuple(out)
+
+    def set_band(self, band_layers: int | None = None, band_window: int | None = None,
+                 band_full_layers: Sequence[int] | None = None) -> None:
+        """The windowed band for the next prompts (None: the maps' own value; band_layers 0: no band;
+        band_full_layers: band layers that attend to every position, () none).  Cells the old setting filled would
+        not be what this one fills: the cache is dropped."""
         for name, v in (("band_layers", band_layers), ("band_window", band_window)):
             if v is not None and (not isinstance(v, int) or v < 0):
                 raise RidgefillError(f"{name} must be an integer >= 0 (or None: the maps' own), not {v!r}")
-        before = self.band if hasattr(self, "_band_set") else None
+        if band_full_layers is not None and not all(isinstance(x, int) for x in band_full_layers):
+            raise RidgefillError(f"band_full_layers must be layer numbers (or None: the maps' own), not "
+                                 f"{band_full_layers!r}")
+        before = (self.band, self.band_full_layers) if hasattr(self, "_band_set") else None
         check(lib().llama_ridgefill_set_band(self.ctx, -1 if band_layers is None else band_layers,
                                              -1 if band_window is None else band_window))
+        full = None if band_full_layers is None else list(band_full_layers)
+        check(lib().llama_ridgefill_set_band_full_layers(
+            self.ctx, (ctypes.c_int32 * len(full))(*full) if full else None, -1 if full is None else len(full)))
         self._band_set = True
-        if before is not None and before != self.band:
+        if before is not None and before != (self.band, self.band_full_layers):
             self.reset()
         if self.band[0] and self.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED:
             warnings.warn(f"a band of {self.band[0]} layers with flash_attn=False saves nothing over split layer "
