@@ -336,7 +336,7 @@ def test_bad_unwindowed_band_layers_are_refused(smollm2, maps20, tmp_path):
         assert r.returncode != 0 and message in r.stderr + r.stdout, (r.stderr + r.stdout)[-2000:]
 
 
-def test_server_unwindowed_band_layers(smollm2, maps20, prose_tokens):
+def test_server_unwindowed_band_layers(smollm2, maps20, prose_tokens, tmp_path):
     """ridgefill-server takes the unwindowed layers from --ridgefill-band-full-layers ('none' and the maps' own
     otherwise), reports them in /props, and fills as the bindings do."""
     from ridgefill.server import Server
@@ -355,6 +355,11 @@ def test_server_unwindowed_band_layers(smollm2, maps20, prose_tokens):
     with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "--ridgefill-maps", str(maps20),
                 "--ridgefill-band-layers", "10", "--ridgefill-band-full-layers", "none") as s:
         assert s.get("/props")["ridgefill"]["band_full_layers"] == []
+    recorded = tmp_path / "full.gguf"                              # no flag: the map file's own
+    write_maps(recorded, dataclasses.replace(read_maps(maps20), band_layers=10, band_window=256,
+                                             band_full_layers=(10, 11, 14, 15)))
+    with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "--ridgefill-maps", str(recorded)) as s:
+        assert s.get("/props")["ridgefill"]["band_full_layers"] == [10, 11, 14, 15]
 
 
 def test_unwindowed_band_flops():
