@@ -10,6 +10,8 @@
 #   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
+# F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
+# map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
 W=${W:-256}
@@ -19,6 +21,10 @@ PLAIN=$M/$TAG-s20-input-c0.gguf
 BAND=$M/$TAG-s20-input-c0-band${B}w$W.gguf
 FITTED=$M/$TAG-s20-input-c0-band${B}w$W-fit.gguf
 NAME=b${B}w$W
+F=${F:-}
+if [ -n "$F" ]; then
+    BAND=$M/$TAG-s20-input-c0-band${B}w${W}f${F//,/.}.gguf NAME=b${B}w${W}f${F//,/.}
+fi
 if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=b${B}w$W-fit; fi
 mkdir -p "$OUT" "$M"
 what=$1; shift
@@ -28,8 +34,10 @@ calibrate)
     # the same maps with the band recorded (what `calibrate ... --band-layers B --band-window W` writes, without
     # calibrating twice)
     [ -f "$BAND" ] || .venv/bin/python -c "import dataclasses, sys; from ridgefill.ggufio import read_maps, write_maps
-write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=int(sys.argv[3]), band_window=int(sys.argv[4])))" \
-        "$PLAIN" "$BAND" "$B" "$W" ;;
+full = tuple(int(x) for x in sys.argv[5].split(',') if x)
+write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=int(sys.argv[3]), band_window=int(sys.argv[4]),
+                                            band_full_layers=full))" \
+        "$PLAIN" "$BAND" "$B" "$W" "$F" ;;
 calibrate-fit)
     [ -f "$FITTED" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 4096 --band-layers "$B" --band-window "$W" \
         -o "$FITTED" --no-progress ;;
@@ -50,10 +58,10 @@ server)
     trap 'kill $pid' EXIT
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
     "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths 8191 -r 3 \
-        --json "$OUT/bench-server-$TAG-b${B}w$W-8k.json" ;;
+        --json "$OUT/bench-server-$TAG-$NAME-8k.json" ;;
 fa)
     # in-process, 8K prompt, 1K tail: the band with flash attention on and off, split 20 alone with it off
-    for run in "$BAND on b${B}w$W-fa-on" "$BAND off b${B}w$W-fa-off" "$PLAIN off s20-fa-off"; do
+    for run in "$BAND on $NAME-fa-on" "$BAND off $NAME-fa-off" "$PLAIN off s20-fa-off"; do
         set -- $run
         "${RF[@]}" bench "$FILE" --maps "$1" -fa "$2" --lengths 8192 --tail-tokens 1024 -r 2 \
             --json "$OUT/bench-$TAG-$3-8k.json"
