@@ -8,7 +8,7 @@
 #                                     maps of calibrate-fit)
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
-#   band_report.sh server             TTFT through ridgefill-server at 8K, exact vs band, interleaved
+#   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: split 20 alone), interleaved
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
@@ -52,6 +52,7 @@ needle)
         --json "$OUT/band-$TAG-$NAME-needle.json" | tee "$OUT/band-$TAG-$NAME-needle.md" ;;
 server)
     port=${PORT:-8089}
+    if [ "${1:-}" = s20 ]; then BAND=$PLAIN NAME=s20; fi
     .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c 8192 -np 1 \
         -t "$(nproc)" --port "$port" > build/band-server.log 2>&1 &
     pid=$!

@@ -400,3 +400,23 @@ def test_calibrate_band_fed_with_unwindowed_layers(smollm2, maps20, prose_tokens
     m = read_maps(out)
     assert (m.band_layers, m.band_window, m.band_full_layers) == (10, 128, (10, 11, 14, 15))
     assert m.extra["calib_split_input"] == "band"
+
+
+@pytest.mark.parametrize("domain, ratio, over", [("brown", "1.051 [1.037, 1.065]", "16/16"),
+                                                 ("shakespeare", "0.994 [0.971, 1.020]", "6/16")])
+def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
+    """README's and docs/maps.md's figures for band 10-19, W = 1024, layers 10, 11, 14, 15 unwindowed come from the
+    committed runs: KL against split 20 on the same prompts, and the two TTFT ratios through the server."""
+    import json
+    import subprocess
+    data = ROOT / "docs" / "data"
+    run = data / f"band-smollm2-b10w1024f10.11.14.15-8k-{domain}.json"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), f"{run}:maps:smollm2-s20-input-c0",
+                          f"{run}:ridgefill", "--domain", domain, "--digits", "3"],
+                         check=True, capture_output=True, text=True).stdout
+    row = [line for line in out.splitlines() if line.startswith(f"| {run}:ridgefill")][0]
+    assert f"| {ratio} |" in row and row.rstrip().endswith(f"| {over} |")
+    if domain == "brown":
+        ttft = {n: json.loads((data / f"bench-server-smollm2-{n}-8k.json").read_text())["rows"][0]["ratio"]
+                for n in ("b10w1024f10.11.14.15", "s20")}
+        assert round(ttft["b10w1024f10.11.14.15"], 2) == 1.41 and round(ttft["s20"], 2) == 1.40
