@@ -9,6 +9,7 @@
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: split 20 alone), interleaved
+#                                     (L=16383: another prompt length; the server's context is L + 1)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
@@ -51,15 +52,17 @@ needle)
         --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
         --json "$OUT/band-$TAG-$NAME-needle.json" | tee "$OUT/band-$TAG-$NAME-needle.md" ;;
 server)
-    port=${PORT:-8089}
+    port=${PORT:-8089} L=${L:-8191}
     if [ "${1:-}" = s20 ]; then BAND=$PLAIN NAME=s20; fi
-    .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c 8192 -np 1 \
+    # past SmolLM2's 8192 training positions the server caps the slot; a speed run raises the recorded length
+    over=(); [ "$L" -ge 8192 ] && over=(--override-kv "llama.context_length=int:$((L + 1))")
+    .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c $((L + 1)) -np 1 "${over[@]}" \
         -t "$(nproc)" --port "$port" > build/band-server.log 2>&1 &
     pid=$!
     trap 'kill $pid' EXIT
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
-    "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths 8191 -r 3 \
-        --json "$OUT/bench-server-$TAG-$NAME-8k.json" ;;
+    "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths "$L" -r 3 \
+        --json "$OUT/bench-server-$TAG-$NAME-$(((L + 1) / 1024))k.json" ;;
 fa)
     # in-process, 8K prompt, 1K tail: the band with flash attention on and off, split 20 alone with it off
     for run in "$BAND on $NAME-fa-on" "$BAND off $NAME-fa-off" "$PLAIN off s20-fa-off"; do
