@@ -406,7 +406,7 @@ def test_calibrate_band_fed_with_unwindowed_layers(smollm2, maps20, prose_tokens
                                                  ("shakespeare", "0.994 [0.971, 1.020]", "6/16")])
 def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
     """README's and docs/maps.md's figures for band 10-19, W = 1024, layers 10, 11, 14, 15 unwindowed come from the
-    committed runs: KL against split 20 on the same prompts, and the two TTFT ratios through the server."""
+    committed runs: KL against split 20 on the same prompts, and the TTFT ratios through the server at 8K and 16K."""
     import json
     import subprocess
     data = ROOT / "docs" / "data"
@@ -420,3 +420,11 @@ def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
         ttft = {n: json.loads((data / f"bench-server-smollm2-{n}-8k.json").read_text())["rows"][0]["ratio"]
                 for n in ("b10w1024f10.11.14.15", "s20")}
         assert round(ttft["b10w1024f10.11.14.15"], 2) == 1.41 and round(ttft["s20"], 2) == 1.40
+        rows = {n: json.loads((data / f"bench-server-smollm2-{n}-16k.json").read_text())["rows"][0]
+                for n in ("b10w1024f10.11.14.15", "s20")}
+        band16, s20_16 = rows["b10w1024f10.11.14.15"], rows["s20"]
+        assert band16["length"] == s20_16["length"] == 16383
+        assert (round(band16["ratio"], 2), round(band16["ratio_min"], 2), round(s20_16["ratio"], 2),
+                round(s20_16["ratio_max"], 2)) == (1.57, 1.55, 1.36, 1.56)
+        assert (round(band16["ridgefill_s"], 1), round(s20_16["ridgefill_s"], 1)) == (132.4, 154.4)
+        assert round(band16["ratio"] / s20_16["ratio"], 2) == 1.15

@@ -94,6 +94,7 @@ def test_bench_plot_and_server(smollm2, maps20, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     row = json.loads(out.read_text())["rows"][0]
     assert row["filled"] == 384 - 96 - 4 and row["limit"] > 1 and png.stat().st_size > 10_000
+    assert row["ratio"] == row["exact_runs"][0] / row["ridgefill_runs"][0]   # each repeat's seconds are kept
     with Server(smollm2, "-c", "1024", "-t", T, "-np", "1", "--ridgefill", "--ridgefill-maps", str(maps20),
                 "--ridgefill-tail", "96") as srv:
         out2 = tmp_path / "bench-server.json"
@@ -102,6 +103,7 @@ def test_bench_plot_and_server(smollm2, maps20, tmp_path):
         res = json.loads(out2.read_text())
         assert res["split_layer"] == 20 and res["tail_tokens"] == 96
         assert res["rows"][0]["filled"] == 384 - 96 - 4 and res["rows"][0]["limit"] > 1   # model read from /props
+        assert len(res["rows"][0]["exact_runs"]) == len(res["rows"][0]["ridgefill_runs"]) == 1
         r = run_cli("ridgefill", "bench", "--server", srv.url, "--lengths", "2048", "-r", "1")
         assert r.returncode == 1 and "does not fit the server's context" in r.stderr
     r = run_cli("ridgefill", "bench", "--server", "http://127.0.0.1:9", "--lengths", "384")

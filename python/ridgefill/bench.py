@@ -14,7 +14,7 @@ import json
 import statistics
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import data
@@ -95,6 +95,8 @@ class Row:
     limit: float
     of_limit: float
     filled: int
+    exact_runs: list[float] = field(default_factory=list)       # seconds, each repeat, in repeat order
+    ridgefill_runs: list[float] = field(default_factory=list)
 
 
 def alternate(repeats: int, once) -> dict[bool, list]:
@@ -115,7 +117,7 @@ def interleaved(n: int, repeats: int, limit: float, once) -> Row:
     ratios = [e / f for e, f in zip(times[False], times[True])]
     ratio, t_exact, t_rf = statistics.median(ratios), statistics.median(times[False]), statistics.median(times[True])
     return Row(n, t_exact, t_rf, ratio, min(ratios), max(ratios), n / t_exact, n / t_rf, limit,
-               (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled)
+               (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled, times[False], times[True])
 
 
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
