@@ -13,6 +13,8 @@
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
+# WIDE=1 (any command): SmolLM2's weights widened to F32 (report-env.sh), its own split-20 maps, outputs tagged
+# smollm2-f32 — the band's KL without the 8-bit activation rounding of quantized CPU matmuls
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
 W=${W:-256}

@@ -7,3 +7,11 @@ RF=(.venv/bin/ridgefill)
 MODEL=${MODEL:-smollm2-135m}
 FILE=$("${RF[@]}" fetch-models "$MODEL" | cut -d' ' -f2)
 TAG=${MODEL%%-*}
+# WIDE=1: the same weights stored as F32 (ridgefill.ggufio.requantize), so no matmul rounds its activations to the
+# 8 bits a quantized one does on the CPU; its own maps and outputs are tagged "<tag>-f32"
+if [ -n "${WIDE:-}" ]; then
+    wide=build/$TAG-f32.gguf
+    [ -f "$wide" ] || .venv/bin/python -c "import sys; from ridgefill.ggufio import requantize
+requantize(sys.argv[1], sys.argv[2], to='F32', only=('Q4_1', 'Q8_0'))" "$FILE" "$wide"
+    FILE=$wide TAG=$TAG-f32
+fi
