@@ -428,3 +428,17 @@ def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
                 round(s20_16["ratio_max"], 2)) == (1.57, 1.55, 1.36, 1.56)
         assert (round(band16["ridgefill_s"], 1), round(s20_16["ridgefill_s"], 1)) == (132.4, 154.4)
         assert round(band16["ratio"] / s20_16["ratio"], 2) == 1.15
+
+
+def test_unwindowing_layers_18_19_too_is_the_committed_run():
+    """docs/maps.md: layers 18, 19 unwindowed as well give 1.053x split 20's KL on Brown, 1.002x the four layers'."""
+    import subprocess
+    data = ROOT / "docs" / "data"
+    six, four = (data / f"band-smollm2-b10w1024f{f}-8k-brown.json" for f in ("10.11.14.15.18.19", "10.11.14.15"))
+
+    def row(ref, fill):
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), ref, fill, "--domain", "brown",
+                              "--digits", "3"], check=True, capture_output=True, text=True).stdout
+        return [line for line in out.splitlines() if line.startswith(f"| {fill}")][0]
+    assert "| 1.053 [1.040, 1.066] |" in row(f"{six}:maps:smollm2-s20-input-c0", f"{six}:ridgefill")
+    assert "| 1.002 [0.993, 1.011] |" in row(f"{four}:ridgefill", f"{six}:ridgefill")
