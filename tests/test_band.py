@@ -402,19 +402,23 @@ def test_calibrate_band_fed_with_unwindowed_layers(smollm2, maps20, prose_tokens
     assert m.extra["calib_split_input"] == "band"
 
 
+def kl_ratio_row(ref: str, fill: str, domain: str) -> str:
+    """scripts/kl_ratio.py's table row for `fill` against `ref` (committed eval JSON:mode), 3 digits."""
+    import subprocess
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), ref, fill, "--domain", domain,
+                          "--digits", "3"], check=True, capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.startswith(f"| {fill}")][0]
+
+
 @pytest.mark.parametrize("domain, ratio, over", [("brown", "1.051 [1.037, 1.065]", "16/16"),
                                                  ("shakespeare", "0.994 [0.971, 1.020]", "6/16")])
 def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
     """README's and docs/maps.md's figures for band 10-19, W = 1024, layers 10, 11, 14, 15 unwindowed come from the
     committed runs: KL against split 20 on the same prompts, and the TTFT ratios through the server at 8K and 16K."""
     import json
-    import subprocess
     data = ROOT / "docs" / "data"
     run = data / f"band-smollm2-b10w1024f10.11.14.15-8k-{domain}.json"
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), f"{run}:maps:smollm2-s20-input-c0",
-                          f"{run}:ridgefill", "--domain", domain, "--digits", "3"],
-                         check=True, capture_output=True, text=True).stdout
-    row = [line for line in out.splitlines() if line.startswith(f"| {run}:ridgefill")][0]
+    row = kl_ratio_row(f"{run}:maps:smollm2-s20-input-c0", f"{run}:ridgefill", domain)
     assert f"| {ratio} |" in row and row.rstrip().endswith(f"| {over} |")
     if domain == "brown":
         ttft = {n: json.loads((data / f"bench-server-smollm2-{n}-8k.json").read_text())["rows"][0]["ratio"]
@@ -432,13 +436,7 @@ def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
 
 def test_unwindowing_layers_18_19_too_is_the_committed_run():
     """docs/maps.md: layers 18, 19 unwindowed as well give 1.053x split 20's KL on Brown, 1.002x the four layers'."""
-    import subprocess
     data = ROOT / "docs" / "data"
     six, four = (data / f"band-smollm2-b10w1024f{f}-8k-brown.json" for f in ("10.11.14.15.18.19", "10.11.14.15"))
-
-    def row(ref, fill):
-        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), ref, fill, "--domain", "brown",
-                              "--digits", "3"], check=True, capture_output=True, text=True).stdout
-        return [line for line in out.splitlines() if line.startswith(f"| {fill}")][0]
-    assert "| 1.053 [1.040, 1.066] |" in row(f"{six}:maps:smollm2-s20-input-c0", f"{six}:ridgefill")
-    assert "| 1.002 [0.993, 1.011] |" in row(f"{four}:ridgefill", f"{six}:ridgefill")
+    assert "| 1.053 [1.040, 1.066] |" in kl_ratio_row(f"{six}:maps:smollm2-s20-input-c0", f"{six}:ridgefill", "brown")
+    assert "| 1.002 [0.993, 1.011] |" in kl_ratio_row(f"{four}:ridgefill", f"{six}:ridgefill", "brown")
