@@ -454,3 +454,18 @@ def test_unwindowing_layers_18_19_too_is_the_committed_run():
     six, four = (data / f"band-smollm2-b10w1024f{f}-8k-brown.json" for f in ("10.11.14.15.18.19", "10.11.14.15"))
     assert "| 1.053 [1.040, 1.066] |" in kl_ratio_row(f"{six}:maps:smollm2-s20-input-c0", f"{six}:ridgefill", "brown")
     assert "| 1.002 [0.993, 1.011] |" in kl_ratio_row(f"{four}:ridgefill", f"{six}:ridgefill", "brown")
+
+
+def test_f32_weights_unwindowed_band_is_the_committed_run():
+    """docs/maps.md and docs/results.md: on SmolLM2's weights widened to F32 the four-layer setting is split 20's KL on
+    Brown (1.001x [0.986, 1.017], 8 of 16 prompts above), both 0.0065, against the Q4_1 runtime's 0.0092 for split 20."""
+    import json
+    data = ROOT / "docs" / "data"
+    wide = data / "band-smollm2-f32-b10w1024f10.11.14.15-8k-brown.json"
+    row = kl_ratio_row(f"{wide}:maps:smollm2-f32-s20-input-c0", f"{wide}:ridgefill", "brown")
+    assert "| 1.001 [0.986, 1.017] |" in row and row.rstrip().endswith("| 8/16 |")
+    cell = json.loads(wide.read_text())["domains"]["brown"]["tail@8192"]
+    assert {round(m["kl"][0], 4) for m in cell["modes"].values()} == {0.0065}
+    q4 = json.loads((data / "band-smollm2-b10w1024f10.11.14.15-8k-brown.json").read_text())["domains"]["brown"]["tail@8192"]
+    assert round(q4["modes"]["maps:smollm2-s20-input-c0"]["kl"][0], 4) == 0.0092
+    assert abs(cell["nll_exact"][0] - q4["nll_exact"][0]) < 0.005 and cell["tokens"] == q4["tokens"]   # same prompts
