@@ -413,7 +413,8 @@ def kl_ratio_row(ref: str, fill: str, domain: str, tolerance: float = 0.0) -> st
 
 
 @pytest.mark.parametrize("domain, ratio, over", [("brown", "1.051 [1.037, 1.065]", "16/16"),
-                                                 ("shakespeare", "0.994 [0.971, 1.020]", "6/16")])
+                                                 ("shakespeare", "0.994 [0.971, 1.020]", "6/16"),
+                                                 ("python-code", "1.036 [1.016, 1.063]", "13/16")])
 def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
     """README's and docs/maps.md's figures for band 10-19, W = 1024, layers 10, 11, 14, 15 unwindowed come from the
     committed runs: KL against split 20 on the same prompts, and the TTFT ratios through the server at 8K and 16K."""
@@ -437,10 +438,11 @@ def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
 
 
 @pytest.mark.parametrize("domain, ratio, over", [("brown", "0.940 [0.921, 0.961]", "1/16"),
-                                                 ("shakespeare", "0.938 [0.916, 0.958]", "1/16")])
+                                                 ("shakespeare", "0.938 [0.916, 0.958]", "1/16"),
+                                                 ("python-code", "0.958 [0.944, 0.970]", "1/16")])
 def test_unwindowed_against_windowed_band_is_the_committed_runs(domain, ratio, over):
     """docs/maps.md: paired over the same prompts, layers 10, 11, 14, 15 unwindowed give 0.940x (Brown, lower on 15
-    of 16 prompts) and 0.938x (Shakespeare) the fully windowed W = 1024 band's KL; the two runs' exact NLL differs by
+    of 16 prompts), 0.938x (Shakespeare) and 0.958x (code) the fully windowed W = 1024 band's KL; the two runs' exact NLL differs by
     under 0.002 nats (machine rounding)."""
     data = ROOT / "docs" / "data"
     windowed, four = (data / f"band-smollm2-b10w1024{f}-8k-{domain}.json" for f in ("", "f10.11.14.15"))
@@ -469,3 +471,21 @@ def test_f32_weights_unwindowed_band_is_the_committed_run():
     q4 = json.loads((data / "band-smollm2-b10w1024f10.11.14.15-8k-brown.json").read_text())["domains"]["brown"]["tail@8192"]
     assert round(q4["modes"]["maps:smollm2-s20-input-c0"]["kl"][0], 4) == 0.0092
     assert abs(cell["nll_exact"][0] - q4["nll_exact"][0]) < 0.005 and cell["tokens"] == q4["tokens"]   # same prompts
+
+
+def test_hidden_state_error_table_is_the_committed_run():
+    """docs/maps.md, "Can `calibrate` choose the unwindowed layers from the hidden states?": the split-20 input's and
+    the band inputs' relative errors, and the shares closed, come from the committed band_hidden_error.py run."""
+    import json
+    d = json.loads((ROOT / "docs" / "data" / "band-smollm2-hidden-error-8k-brown.json").read_text())
+    assert (d["split_layer"], d["band_layers"], d["band_window"], d["ctx"]) == (20, 10, 1024, 8192)
+    assert d["layers"] == [20, *range(11, 20)]
+    split = {v: np.mean([e[0] for e in runs]) for v, runs in d["variants"].items()}
+    bands = {v: np.mean([sum(e[1:]) for e in runs]) for v, runs in d["variants"].items()}
+    table = {v: (f"{split[v]:.4f}", f"{100 * (1 - split[v] / split['']):.0f}%", f"{bands[v]:.3f}",
+                 f"{100 * (1 - bands[v] / bands['']):.0f}%") for v in split}
+    assert table == {"": ("0.2550", "0%", "0.651", "0%"), "10,11": ("0.2522", "1%", "0.633", "3%"),
+                     "12,13": ("0.2215", "13%", "0.383", "41%"), "14,15": ("0.2624", "-3%", "0.489", "25%"),
+                     "16,17": ("0.2217", "13%", "0.509", "22%"), "18,19": ("0.1071", "58%", "0.524", "19%"),
+                     "10,11,14,15": ("0.2578", "-1%", "0.466", "28%"),
+                     "10,11,14,15,18,19": ("0.0813", "68%", "0.330", "49%")}
