@@ -489,3 +489,58 @@ def test_hidden_state_error_table_is_the_committed_run():
                      "16,17": ("0.2217", "13%", "0.509", "22%"), "18,19": ("0.1071", "58%", "0.524", "19%"),
                      "10,11,14,15": ("0.2578", "-1%", "0.466", "28%"),
                      "10,11,14,15,18,19": ("0.0813", "68%", "0.330", "49%")}
+
+
+def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
+    """`calibrate --band-full-layers auto:2` measures, on the calibration text, the tail KL of the split layer alone,
+    the windowed band and the band with each pair of its layers unwindowed, records the pair with the lowest KL in
+    the file, and prints the table it chose from."""
+    out = tmp_path / "auto.gguf"
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "2048", "-c", "512", "--band-layers", "4",
+                "--band-window", "128", "--band-full-layers", "auto:2", "-o", str(out), "--no-progress",
+                "-t", str(n_threads()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    kl = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| \**([^|]+?)\** \| ([0-9.]+) \|", r.stdout, re.M)}
+    assert {"split alone", "windowed", "16,17", "18,19"} <= set(kl), r.stdout
+    best = min(("16,17", "18,19"), key=kl.get)
+    assert kl[f"chosen: {best.replace(',', ', ')}"] == kl[best]          # the chosen pair, measured again: the same
+    m = read_maps(out)
+    assert (m.band_layers, m.band_window, m.band_full_layers) == (4, 128, tuple(map(int, best.split(","))))
+    assert f"recorded in {out}: band_full_layers {best.replace(',', ', ')}" in r.stdout
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--band-full-layers", "auto"], "needs a band"),
+    (["--band-layers", "4", "--band-full-layers", "auto:4"], "within 1..3"),
+    (["--band-layers", "4", "--band-full-layers", "auto:x"], "auto or auto:N"),
+    (["--band-layers", "4", "--band-full-layers", "auto", "--text", str(ROOT / "README.md")], "with --text files give"),
+])
+def test_calibrate_auto_refuses_before_fitting(smollm2, tmp_path, args, error):
+    """What `--band-full-layers auto` cannot choose is refused before the calibration pass, with the reason."""
+    out = tmp_path / "never.gguf"
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "1024", "-o", str(out), *args, timeout=120)
+    assert r.returncode != 0 and error in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_band_choice_on_calibration_text_is_the_committed_run():
+    """docs/maps.md, "`calibrate` chooses them by the tail KL": the table and the choice (14-17) come from the
+    committed run, and 10, 11 against 16, 17 is a tie (means 0.01% apart) that the choice settles by a hair."""
+    import json
+
+    from ridgefill.band import BandChoice
+    d = json.loads((ROOT / "docs" / "data" / "band-smollm2-select-8k-brown.json").read_text())
+    c = BandChoice(d["split_layer"], d["band_layers"], d["band_window"], d["length"], d["tail_tokens"],
+                   tuple(d["chosen"]), d["kl"])
+    assert (c.split_layer, c.band_layers, c.band_window, c.length, c.tail_tokens) == (20, 10, 1024, 8192, 1024)
+    assert all(len(v) == 4 for v in c.kl.values())
+    table = c.table()
+    for row in ("| windowed | 0.01310 | 1.079 | 0% |", "| 10,11 | 0.01289 | 1.061 | 23% |",
+                "| 12,13 | 0.01322 | 1.088 | -12% |", "| 14,15 | 0.01234 | 1.016 | 80% |",
+                "| 16,17 | 0.01289 | 1.061 | 23% |", "| 18,19 | 0.01305 | 1.075 | 5% |",
+                "| **chosen: 14, 15, 16, 17** | 0.01229 | 1.012 | 85% |"):
+        assert row in table, table
+    assert c.chosen == (14, 15, 16, 17)
+    assert abs(c.mean("10,11") / c.mean("16,17") - 1) < 1e-3
+    assert sum(a < b for a, b in zip(c.kl["10,11"], c.kl["16,17"])) == 2           # each lower on two prompts
+    assert sum(w <= s for w, s in zip(c.kl["windowed"], c.kl["split alone"])) == 1  # one prompt: no window gap

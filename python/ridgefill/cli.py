@@ -61,15 +61,30 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from .ggufio import diagnostics_table
     if args.text and args.corpus:
         raise RidgefillError("give --text FILE or --corpus NAME, not both")
+    auto = args.band_full_layers if isinstance(args.band_full_layers, tuple) else None   # ("auto", N or None)
+    if auto:
+        from .band import full_count
+        full_count(args.band_layers, auto[1])
+        if args.text:
+            raise RidgefillError("--band-full-layers auto chooses on the calibration corpus; with --text files give "
+                                 "the layers (L1,L2,..)")
     cfg = CalibConfig(model=args.model, split_layer=args.split_layer, texts=args.text or [], corpus=args.corpus,
                       tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
                       threads=args.threads, diag_tokens=args.diag_tokens, progress=not args.no_progress,
                       map_kind=args.map_kind, context_tokens=args.context_tokens, read_order=args.read_order,
                       band_layers=args.band_layers, band_window=args.band_window if args.band_layers else 0,
-                      band_full_layers=tuple(args.band_full_layers))
+                      band_full_layers=() if auto else tuple(args.band_full_layers))
     m = calibrate(cfg, args.output)
     print(diagnostics_table(m))
+    if auto:
+        from .band import choose_and_record
+        choice = choose_and_record(args.model, str(args.output), args.band_layers, args.band_window, auto[1],
+                                   threads=args.threads, progress=not args.no_progress)
+        print(f"band layers left unwindowed, chosen by the tail KL of {len(choice.kl['chosen'])} calibration prompts "
+              f"of {choice.length} tokens ({choice.tail_tokens}-token tail):")
+        print(choice.table())
+        print(f"recorded in {args.output}: band_full_layers {', '.join(map(str, choice.chosen))}")
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
           f"prior {m.prior}, {m.calib_tokens} fit tokens, {m.extra['val_tokens']} held-out tokens, "
           f"map type {m.map_type}; peak memory {m.extra['peak_rss_mb']:.0f} MB")
@@ -166,6 +181,16 @@ def _layer_list(value: str) -> list[int]:
     return [] if value.strip().lower() in ("none", "") else _ints(value)
 
 
+def _full_layers(value: str):
+    """calibrate --band-full-layers: like _layer_list, or auto[:N] -> ("auto", N or None)."""
+    if value.strip().lower().startswith("auto"):
+        rest = value.strip()[4:]
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            raise argparse.ArgumentTypeError(f"expected auto or auto:N (N a number of layers), got {value!r}")
+        return ("auto", int(rest[1:]) if rest else None)
+    return _layer_list(value)
+
+
 def _ints(value: str) -> list[int]:
     try:
         return [int(x) for x in value.split(",") if x]
@@ -258,9 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--band-window", type=int, default=1024, metavar="W",
                    help="latest positions a band layer of a filled row attends to (default 1024: at 8K prompts it "
                         "keeps the KL within 1.11x of the split alone; docs/maps.md)")
-    s.add_argument("--band-full-layers", type=_layer_list, default=[], metavar="L1,L2,..",
+    s.add_argument("--band-full-layers", type=_full_layers, default=[], metavar="L1,L2,..|auto[:N]",
                    help="band layers that attend to every position, as exact layers do (default: none): the far "
-                        "context the window takes from them is what the maps miss most (docs/maps.md)")
+                        "context the window takes from them is what the maps miss most; 'auto[:N]' chooses N of "
+                        "them (default two fifths of the band) by the tail KL on the calibration text, after "
+                        "fitting (about 8 prefills of 8K per calibration prompt, up to 4 prompts; docs/maps.md)")
     s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
