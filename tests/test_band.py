@@ -442,8 +442,8 @@ def test_unwindowed_band_figures_are_the_committed_runs(domain, ratio, over):
                                                  ("python-code", "0.958 [0.944, 0.970]", "1/16")])
 def test_unwindowed_against_windowed_band_is_the_committed_runs(domain, ratio, over):
     """docs/maps.md: paired over the same prompts, layers 10, 11, 14, 15 unwindowed give 0.940x (Brown, lower on 15
-    of 16 prompts), 0.938x (Shakespeare) and 0.958x (code) the fully windowed W = 1024 band's KL; the two runs' exact NLL differs by
-    under 0.002 nats (machine rounding)."""
+    of 16 prompts), 0.938x (Shakespeare) and 0.958x (code) the fully windowed W = 1024 band's KL; the two runs' exact
+    NLL differs by under 0.002 nats (machine rounding)."""
     data = ROOT / "docs" / "data"
     windowed, four = (data / f"band-smollm2-b10w1024{f}-8k-{domain}.json" for f in ("", "f10.11.14.15"))
     row = kl_ratio_row(f"{windowed}:ridgefill", f"{four}:ridgefill", domain, tolerance=0.002)
@@ -507,6 +507,8 @@ def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
     m = read_maps(out)
     assert (m.band_layers, m.band_window, m.band_full_layers) == (4, 128, tuple(map(int, best.split(","))))
     assert f"recorded in {out}: band_full_layers {best.replace(',', ', ')}" in r.stdout
+    assert "not told apart" not in r.stderr            # one calibration prompt: its order is the measurement's,
+    assert "rests on 1 calibration prompt(s) of" in r.stderr        # and the user is told it is one prompt
 
 
 @pytest.mark.parametrize("args, error", [
@@ -544,3 +546,22 @@ def test_band_choice_on_calibration_text_is_the_committed_run():
     assert abs(c.mean("10,11") / c.mean("16,17") - 1) < 1e-3
     assert sum(a < b for a, b in zip(c.kl["10,11"], c.kl["16,17"])) == 2           # each lower on two prompts
     assert sum(w <= s for w, s in zip(c.kl["windowed"], c.kl["split alone"])) == 1  # one prompt: no window gap
+    assert c.unresolved() == [("16,17", "10,11"), ("16,17", "12,13"), ("16,17", "18,19")]   # 14,15: every prompt
+
+
+def test_automatic_choice_held_out_is_the_committed_run():
+    """docs/maps.md: the rule's choice 14-17 gives 1.092x split 20's KL on the 16 held-out Brown prompts, 1.039x the
+    hand choice 10, 11, 14, 15 (above it on 15 of 16) and 0.977x the fully windowed band (runs on the same prompts,
+    exact NLL 0.0015 apart); on all four calibration prompts 14, 15 is the lowest pair."""
+    import json
+    data = ROOT / "docs" / "data"
+    auto, hand, windowed = (data / f"band-smollm2-b10w1024{f}-8k-brown.json"
+                            for f in ("f14.15.16.17", "f10.11.14.15", ""))
+    row = kl_ratio_row(f"{hand}:maps:smollm2-s20-input-c0", f"{auto}:ridgefill", "brown", tolerance=0.002)
+    assert "| 1.092 [1.076, 1.110] |" in row and row.rstrip().endswith("| 16/16 |")
+    row = kl_ratio_row(f"{hand}:ridgefill", f"{auto}:ridgefill", "brown", tolerance=0.002)
+    assert "| 1.039 [1.026, 1.053] |" in row and row.rstrip().endswith("| 15/16 |")
+    assert "| 0.977 [0.959, 0.996] |" in kl_ratio_row(f"{windowed}:ridgefill", f"{auto}:ridgefill", "brown", 0.002)
+    kl = json.loads((data / "band-smollm2-select-8k-brown.json").read_text())["kl"]
+    pairs = ("10,11", "12,13", "14,15", "16,17", "18,19")
+    assert all(min(pairs, key=lambda p: kl[p][i]) == "14,15" for i in range(4))

@@ -34,6 +34,15 @@ class BandChoice:
     def mean(self, name: str) -> float:
         return float(np.mean(self.kl[name]))
 
+    def unresolved(self) -> list[tuple[str, str]]:
+        """(chosen group, left-out group) pairs whose order not every prompt agrees on: the measurement does not
+        tell them apart (on SmolLM2's four 8K calibration prompts it did not, and the held-out KL preferred the group
+        left out; docs/maps.md)."""
+        groups = [n for n in self.kl if n not in ("split alone", "windowed", "chosen")]
+        inside = [g for g in groups if set(map(int, g.split(","))) <= set(self.chosen)]
+        return [(a, b) for a in inside for b in groups if b not in inside
+                and not all(x < y for x, y in zip(self.kl[a], self.kl[b]))]
+
     def table(self) -> str:
         base, win = self.mean("split alone"), self.mean("windowed")
         rows = ["| unwindowed band layers | tail KL, calibration text | / split alone | "

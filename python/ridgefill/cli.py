@@ -85,6 +85,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
               f"of {choice.length} tokens ({choice.tail_tokens}-token tail):")
         print(choice.table())
         print(f"recorded in {args.output}: band_full_layers {', '.join(map(str, choice.chosen))}")
+        if len(choice.kl["chosen"]) < 4:
+            print(f"warning: the choice rests on {len(choice.kl['chosen'])} calibration prompt(s) of {choice.length} "
+                  "tokens: too few to tell layers apart; calibrate on more text (-n) or give the layers by hand",
+                  file=sys.stderr)
+        for a, b in choice.unresolved():
+            print(f"warning: layers {a} (chosen) and {b} (left out) are not told apart: not every one of the "
+                  f"{len(choice.kl['chosen'])} prompts puts {a} lower; calibrate on more text (-n) or give the "
+                  "layers by hand", file=sys.stderr)
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
           f"prior {m.prior}, {m.calib_tokens} fit tokens, {m.extra['val_tokens']} held-out tokens, "
           f"map type {m.map_type}; peak memory {m.extra['peak_rss_mb']:.0f} MB")
