@@ -35,8 +35,8 @@ def main() -> None:
     c = choose_full_layers(str(a.model), str(a.maps), a.band_layers, a.band_window, a.n_full, group=a.group,
                            length=a.length, tail_tokens=a.tail_tokens, chunks=a.chunks, threads=a.threads)
     print(c.table())
-    for a, b in c.unresolved():
-        print(f"not told apart: {a} (chosen) and {b} (left out) — not every prompt puts {a} lower")
+    for won, other in c.unresolved():
+        print(f"not told apart: {won} (chosen) and {other} (left out) — not every prompt puts {won} lower")
     a.json.write_text(json.dumps({"model": a.model.name, "maps": a.maps.name, "group": a.group,
                                   **dataclasses.asdict(c)}, indent=1))
 

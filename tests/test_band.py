@@ -492,21 +492,26 @@ def test_hidden_state_error_table_is_the_committed_run():
 
 
 def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
-    """`calibrate --band-full-layers auto:2` measures, on the calibration text, the tail KL of the split layer alone,
-    the windowed band and the band with each pair of its layers unwindowed, records the pair with the lowest KL in
-    the file, and prints the table it chose from."""
+    """`calibrate --band-full-layers auto:4` measures, on the calibration text, the tail KL of the split layer alone,
+    the windowed band and the band with each pair of its layers unwindowed; takes the lowest pair, then measures each
+    other pair together with it and takes the lowest; records the four layers in the file and prints the table it
+    chose from."""
     out = tmp_path / "auto.gguf"
-    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "2048", "-c", "512", "--band-layers", "4",
-                "--band-window", "128", "--band-full-layers", "auto:2", "-o", str(out), "--no-progress",
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "2048", "-c", "512", "--band-layers", "6",
+                "--band-window", "128", "--band-full-layers", "auto:4", "-o", str(out), "--no-progress",
                 "-t", str(n_threads()))
     assert r.returncode == 0, r.stderr[-2000:]
     kl = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| \**([^|]+?)\** \| ([0-9.]+) \|", r.stdout, re.M)}
-    assert {"split alone", "windowed", "16,17", "18,19"} <= set(kl), r.stdout
-    best = min(("16,17", "18,19"), key=kl.get)
-    assert kl[f"chosen: {best.replace(',', ', ')}"] == kl[best]          # the chosen pair, measured again: the same
+    pairs = ("14,15", "16,17", "18,19")
+    assert {"split alone", "windowed", *pairs} <= set(kl), r.stdout
+    first = min(pairs, key=kl.get)
+    second = min((p for p in pairs if p != first), key=lambda p: kl[f"{first} + {p}"])
+    assert {f"{first} + {p}" for p in pairs if p != first} <= set(kl), r.stdout
+    chosen = tuple(sorted(int(x) for x in f"{first},{second}".split(",")))
+    assert kl[f"chosen: {', '.join(map(str, chosen))}"] == kl[f"{first} + {second}"]
     m = read_maps(out)
-    assert (m.band_layers, m.band_window, m.band_full_layers) == (4, 128, tuple(map(int, best.split(","))))
-    assert f"recorded in {out}: band_full_layers {best.replace(',', ', ')}" in r.stdout
+    assert (m.band_layers, m.band_window, m.band_full_layers) == (6, 128, chosen)
+    assert f"recorded in {out}: band_full_layers {', '.join(map(str, chosen))}" in r.stdout
     assert "not told apart" not in r.stderr            # one calibration prompt: its order is the measurement's,
     assert "rests on 1 calibration prompt(s) of" in r.stderr        # and the user is told it is one prompt
 
@@ -515,6 +520,8 @@ def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
     (["--band-full-layers", "auto"], "needs a band"),
     (["--band-layers", "4", "--band-full-layers", "auto:4"], "within 1..3"),
     (["--band-layers", "4", "--band-full-layers", "auto:x"], "auto or auto:N"),
+    (["--band-layers", "4", "--band-window", "128", "--band-full-layers", "auto"],
+     "must exceed --band-window 128 + 1024"),
     (["--band-layers", "4", "--band-full-layers", "auto", "--text", str(ROOT / "README.md")], "with --text files give"),
 ])
 def test_calibrate_auto_refuses_before_fitting(smollm2, tmp_path, args, error):
@@ -526,27 +533,32 @@ def test_calibrate_auto_refuses_before_fitting(smollm2, tmp_path, args, error):
 
 
 def test_band_choice_on_calibration_text_is_the_committed_run():
-    """docs/maps.md, "`calibrate` chooses them by the tail KL": the table and the choice (14-17) come from the
-    committed run, and 10, 11 against 16, 17 is a tie (means 0.01% apart) that the choice settles by a hair."""
+    """docs/maps.md, "`calibrate` chooses them by the tail KL": the first step's table comes from the committed run
+    (per prompt in the JSON, whose `chosen` 14-17 is the first, non-greedy rule's pick), 14, 15 wins it on every
+    prompt, 10, 11 against 16, 17 alone is a tie; the greedy run's printed second step takes 10, 11 beside 14, 15."""
     import json
 
     from ridgefill.band import BandChoice
-    d = json.loads((ROOT / "docs" / "data" / "band-smollm2-select-8k-brown.json").read_text())
+    data = ROOT / "docs" / "data"
+    d = json.loads((data / "band-smollm2-select-8k-brown.json").read_text())
+    pairs = ["10,11", "12,13", "14,15", "16,17", "18,19"]
     c = BandChoice(d["split_layer"], d["band_layers"], d["band_window"], d["length"], d["tail_tokens"],
-                   tuple(d["chosen"]), d["kl"])
+                   tuple(d["chosen"]), d["kl"], [pairs])
     assert (c.split_layer, c.band_layers, c.band_window, c.length, c.tail_tokens) == (20, 10, 1024, 8192, 1024)
     assert all(len(v) == 4 for v in c.kl.values())
-    table = c.table()
-    for row in ("| windowed | 0.01310 | 1.079 | 0% |", "| 10,11 | 0.01289 | 1.061 | 23% |",
-                "| 12,13 | 0.01322 | 1.088 | -12% |", "| 14,15 | 0.01234 | 1.016 | 80% |",
-                "| 16,17 | 0.01289 | 1.061 | 23% |", "| 18,19 | 0.01305 | 1.075 | 5% |",
-                "| **chosen: 14, 15, 16, 17** | 0.01229 | 1.012 | 85% |"):
-        assert row in table, table
-    assert c.chosen == (14, 15, 16, 17)
+    assert c.chosen == (14, 15, 16, 17) and c.unresolved() == []              # 14,15: lowest on every prompt
     assert abs(c.mean("10,11") / c.mean("16,17") - 1) < 1e-3
     assert sum(a < b for a, b in zip(c.kl["10,11"], c.kl["16,17"])) == 2           # each lower on two prompts
     assert sum(w <= s for w, s in zip(c.kl["windowed"], c.kl["split alone"])) == 1  # one prompt: no window gap
-    assert c.unresolved() == [("16,17", "10,11"), ("16,17", "12,13"), ("16,17", "18,19")]   # 14,15: every prompt
+    printed = (data / "band-smollm2-select-greedy-8k-brown.md").read_text()
+    heads = ("| split alone", "| windowed", *(f"| {p} " for p in pairs))
+    first = [r for r in c.table().splitlines() if r.startswith(heads)]
+    assert len(first) == 7 and all(r in printed for r in first)                  # the greedy run's first step: the same
+    rows = {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^\| 14,15 \+ (\S+) \| ([0-9.]+) \|", printed, re.M)}
+    assert set(rows) == {"10,11", "12,13", "16,17", "18,19"} and min(rows, key=rows.get) == "10,11"
+    assert "| **chosen: 10, 11, 14, 15** | 0.01212 | 0.998 | 103% |" in printed
+    assert "| 14,15 + 18,19 | 0.01216 | 1.001 | 99% |" in printed and printed.count("not told apart") == 3
 
 
 def test_automatic_choice_held_out_is_the_committed_run():

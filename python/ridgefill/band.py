@@ -7,8 +7,9 @@ moves them ranks the layers unlike the tail's KL (scripts/band_hidden_error.py) 
 per chunk of the text the maps were fitted on (read as `calibrate` read it; never the held-out prompts `ridgefill
 eval` draws), exact prefill, then the fill with the split layer alone, with the fully windowed band, and with each
 group of `group` consecutive band layers unwindowed, each scored by KL(exact || fill) over the last `tail_tokens`
-positions.  The groups that lower the mean KL most, N layers in all, are the choice; the chosen set is measured too
-(groups need not add up).
+positions.  The group with the lowest mean KL is chosen first; then, until N layers are chosen, each remaining
+group is measured together with those chosen and the lowest joins them (groups overlap in what they restore: on
+SmolLM2, 16, 17 closes a fifth of the window's gap alone and little beside 14, 15; docs/maps.md).
 """
 from __future__ import annotations
 
@@ -30,18 +31,20 @@ class BandChoice:
     tail_tokens: int
     chosen: tuple[int, ...]
     kl: dict[str, list[float]] = field(default_factory=dict)   # setting -> KL per chunk
+    steps: list[list[str]] = field(default_factory=list)      # the greedy steps' candidates (names in kl)
 
     def mean(self, name: str) -> float:
         return float(np.mean(self.kl[name]))
 
     def unresolved(self) -> list[tuple[str, str]]:
-        """(chosen group, left-out group) pairs whose order not every prompt agrees on: the measurement does not
-        tell them apart (on SmolLM2's four 8K calibration prompts it did not, and the held-out KL preferred the group
-        left out; docs/maps.md)."""
-        groups = [n for n in self.kl if n not in ("split alone", "windowed", "chosen")]
-        inside = [g for g in groups if set(map(int, g.split(","))) <= set(self.chosen)]
-        return [(a, b) for a in inside for b in groups if b not in inside
-                and not all(x < y for x, y in zip(self.kl[a], self.kl[b]))]
+        """(winner, another candidate) of a greedy step whose order not every prompt agrees on: the measurement
+        does not tell them apart (on SmolLM2's four 8K calibration prompts: pairs 10, 11 and 16, 17 measured
+        alone; docs/maps.md)."""
+        out = []
+        for step in self.steps:
+            best = min(step, key=self.mean)
+            out += [(best, b) for b in step if b != best and not all(x < y for x, y in zip(self.kl[best], self.kl[b]))]
+        return out
 
     def table(self) -> str:
         base, win = self.mean("split alone"), self.mean("windowed")
@@ -49,7 +52,8 @@ class BandChoice:
                 "share of the window's gap closed |", "|---|---|---|---|"]
         for name in self.kl:
             closed = f"{100 * (win - self.mean(name)) / (win - base):.0f}%" if win > base else "—"
-            label = f"**chosen: {', '.join(map(str, self.chosen)) or 'none'}**" if name == "chosen" else name
+            label = (f"**chosen: {', '.join(map(str, self.chosen)) or 'none'}**" if name == "chosen"
+                     else name.replace("+", " + "))
             rows.append(f"| {label} | {self.mean(name):.5f} | {self.mean(name) / base:.3f} | {closed} |")
         return "\n".join(rows)
 
@@ -120,7 +124,7 @@ def choose_full_layers(model: str, maps: str, band_layers: int, band_window: int
                 **{",".join(map(str, g)): (band_layers, band_window, g) for g in groups}}
     start = length - tail_tokens
     out = BandChoice(s, band_layers, band_window, length, tail_tokens, (), {n: [] for n in settings})
-    bar = tqdm(total=len(prompts) * (len(settings) + 2), unit="prefill", desc="band layers", disable=not progress)
+    bar = tqdm(total=len(prompts) * (len(settings) + 1), unit="prefill", desc="band layers", disable=not progress)
 
     def kl(exact: np.ndarray, toks: list[int], setting) -> float:
         llm.set_band(*setting)
@@ -136,13 +140,27 @@ def choose_full_layers(model: str, maps: str, band_layers: int, band_window: int
         bar.update()
         for name, setting in settings.items():
             out.kl[name].append(kl(exacts[-1], toks, setting))
-    ranked = sorted(groups, key=lambda g: out.mean(",".join(map(str, g))))
-    chosen: list[int] = []
-    for g in ranked:
-        if len(chosen) + len(g) <= n_full:
-            chosen += g
+    # greedy: the best pair alone, then each further pair measured together with those already chosen (pairs
+    # overlap: a second pair may add little to the first that it gives alone)
+    step = [",".join(map(str, g)) for g in groups]
+    out.steps.append(step)
+    best = min(step, key=out.mean)
+    chosen = [int(x) for x in best.split(",")]
+    while len(chosen) + group <= n_full:
+        rest = [g for g in groups if not set(g) & set(chosen)]
+        bar.total += len(rest) * len(prompts)
+        bar.refresh()
+        step = []
+        for g in rest:
+            name = f"{best}+{','.join(map(str, g))}"
+            out.kl[name] = [kl(e, toks, (band_layers, band_window, tuple(sorted(chosen + list(g)))))
+                            for e, toks in zip(exacts, prompts)]
+            step.append(name)
+        out.steps.append(step)
+        best = min(step, key=out.mean)
+        chosen = sorted(int(x) for x in best.replace("+", ",").split(","))
     out.chosen = tuple(sorted(chosen))
-    out.kl["chosen"] = [kl(e, toks, (band_layers, band_window, out.chosen)) for e, toks in zip(exacts, prompts)]
+    out.kl["chosen"] = list(out.kl[best])
     bar.close()
     return out
 

@@ -68,6 +68,10 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         if args.text:
             raise RidgefillError("--band-full-layers auto chooses on the calibration corpus; with --text files give "
                                  "the layers (L1,L2,..)")
+        if args.tokens <= args.band_window + 1024:
+            raise RidgefillError(f"--band-full-layers auto measures the 1024-token tail of prompts cut from the "
+                                 f"calibration text, past the window: -n {args.tokens} must exceed --band-window "
+                                 f"{args.band_window} + 1024")
     cfg = CalibConfig(model=args.model, split_layer=args.split_layer, texts=args.text or [], corpus=args.corpus,
                       tokens=args.tokens, ctx=args.ctx, lam=args.ridge_lambda, prior=args.prior,
                       val_fraction=args.val_fraction, map_type=args.map_type, sink_tokens=args.sink_tokens,
