@@ -497,7 +497,7 @@ def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
     other pair together with it and takes the lowest; records the four layers in the file and prints the table it
     chose from."""
     out = tmp_path / "auto.gguf"
-    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "2048", "-c", "512", "--band-layers", "6",
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "1536", "-c", "512", "--band-layers", "6",
                 "--band-window", "128", "--band-full-layers", "auto:4", "-o", str(out), "--no-progress",
                 "-t", str(n_threads()))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -520,6 +520,7 @@ def test_calibrate_chooses_unwindowed_layers_by_tail_kl(smollm2, tmp_path):
     (["--band-full-layers", "auto"], "needs a band"),
     (["--band-layers", "4", "--band-full-layers", "auto:4"], "within 1..3"),
     (["--band-layers", "4", "--band-full-layers", "auto:x"], "auto or auto:N"),
+    (["--band-layers", "4", "--band-full-layers", "auto:3"], "a multiple of 2"),
     (["--band-layers", "4", "--band-window", "128", "--band-full-layers", "auto"],
      "must exceed --band-window 128 + 1024"),
     (["--band-layers", "4", "--band-full-layers", "auto", "--text", str(ROOT / "README.md")], "with --text files give"),

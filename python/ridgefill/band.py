@@ -99,6 +99,8 @@ def full_count(band_layers: int, n_full: int | None, group: int = 2) -> int:
         n_full = group * max(1, round(2 * band_layers / 5 / group))
     if not 0 < n_full < band_layers:
         raise RidgefillError(f"auto:{n_full}: the number of unwindowed band layers must be within 1..{band_layers - 1}")
+    if n_full % group:
+        raise RidgefillError(f"auto:{n_full}: layers are chosen {group} at a time; give a multiple of {group}")
     return n_full
 
 

@@ -94,7 +94,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                   "tokens: too few to tell layers apart; calibrate on more text (-n) or give the layers by hand",
                   file=sys.stderr)
         for a, b in choice.unresolved():
-            print(f"warning: layers {a} (chosen) and {b} (left out) are not told apart: not every one of the "
+            print(f"warning: not told apart: unwindowed {a} (chosen) and {b}: not every one of the "
                   f"{len(choice.kl['chosen'])} prompts puts {a} lower; calibrate on more text (-n) or give the "
                   "layers by hand", file=sys.stderr)
     print(f"wrote {args.output}: {m.map_kind} maps, context_tokens {m.context_tokens}, split_layer {m.split_layer}, "
@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="band layers that attend to every position, as exact layers do (default: none): the far "
                         "context the window takes from them is what the maps miss most; 'auto[:N]' chooses N of "
                         "them (default two fifths of the band) by the tail KL on the calibration text, after "
-                        "fitting (about 8 prefills of 8K per calibration prompt, up to 4 prompts; docs/maps.md)")
+                        "fitting (about 12 prefills of 8K per calibration prompt for a band of 10, up to 4 prompts; "
+                        "docs/maps.md)")
     s.add_argument("--diag-tokens", type=int, default=1024, help="held-out tokens sampled for K/V diagnostics")
     s.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
