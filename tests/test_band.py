@@ -578,3 +578,19 @@ def test_automatic_choice_held_out_is_the_committed_run():
     kl = json.loads((data / "band-smollm2-select-8k-brown.json").read_text())["kl"]
     pairs = ("10,11", "12,13", "14,15", "16,17", "18,19")
     assert all(min(pairs, key=lambda p: kl[p][i]) == "14,15" for i in range(4))
+
+
+def test_band_choice_reads_only_calibration_text(smollm2, maps20):
+    """The choice's prompts are cut from what calibration read, never beyond it (text `ridgefill eval` holds out):
+    a calibration shorter than one 8K prompt gives one shorter prompt."""
+    from ridgefill import data
+    from ridgefill.band import calibration_chunks
+    from ridgefill.calibrate import read_documents
+    from ridgefill.evaluate import calibration_reading
+    corpus, read, order = calibration_reading(str(maps20))
+    llm = ridgefill.Llama(str(smollm2), maps_path=str(maps20), n_ctx=256, verbose=False, guard=False)
+    chunks = calibration_chunks(llm, str(maps20), 8192, 4)
+    assert len(chunks) == 1 and len(chunks[0]) == read < 8192
+    tok = lambda t: llm.tokenize(t.encode(), add_bos=False, special=False)  # noqa: E731
+    ids, _ = read_documents([d.text for d in data.corpus(corpus)], tok, read, order)
+    assert chunks[0][1:] == ids[:read - 1]
