@@ -533,6 +533,12 @@ def test_calibrate_auto_refuses_before_fitting(smollm2, tmp_path, args, error):
     assert not out.exists()
 
 
+def test_band_choice_default_count():
+    """docs/maps.md, docs/runtime.md: `auto` without N leaves two fifths of the band unwindowed, in whole pairs."""
+    from ridgefill.band import full_count
+    assert (full_count(10, None), full_count(6, None), full_count(4, None)) == (4, 2, 2)
+
+
 def test_band_choice_on_calibration_text_is_the_committed_run():
     """docs/maps.md, "`calibrate` chooses them by the tail KL": the first step's table comes from the committed run
     (per prompt in the JSON, whose `chosen` 14-17 is the first, non-greedy rule's pick), 14, 15 wins it on every

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .errors import RidgefillError
+from .evaluate import _log_softmax
 
 
 @dataclass
@@ -56,12 +57,6 @@ class BandChoice:
                      else name.replace("+", " + "))
             rows.append(f"| {label} | {self.mean(name):.5f} | {self.mean(name) / base:.3f} | {closed} |")
         return "\n".join(rows)
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float32)
-    x -= x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
 def calibration_chunks(llm, maps_path: str, length: int, count: int) -> list[list[int]]:
