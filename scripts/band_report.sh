@@ -7,7 +7,7 @@
 #   band_report.sh eval8k DOMAIN      8K prompts, 1K tail, 16 prompts: the band against exact (FIT=1: with the
 #                                     maps of calibrate-fit)
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
-#   band_report.sh needle             2K prompts, 256 tail, 60 pass keys (Shakespeare): band vs exact
+#   band_report.sh needle [LEN TAIL]  2K prompts, 256 tail (or LEN, TAIL), 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: split 20 alone), interleaved
 #                                     (L=16383: another prompt length; the server's context is L + 1)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
@@ -15,6 +15,10 @@
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
 # WIDE=1 (any command): SmolLM2's weights widened to F32 (report-env.sh), its own split-20 maps, outputs tagged
 # smollm2-f32 — the band's KL without the 8-bit activation rounding of quantized CPU matmuls
+#   band_report.sh f32fit             (after WIDE=1 ... calibrate) the F32 model's maps, split 20 and band, marked
+#                                     for the quantized model (its fingerprint): maps fitted without the rounding,
+#                                     applied with it. F32FIT=1 (eval8k): the band from that file, and COMPARE
+#                                     names the split-20 one
 source "$(dirname "$0")/report-env.sh"
 OUT=docs/data M=build/maps
 W=${W:-256}
@@ -29,6 +33,7 @@ if [ -n "$F" ]; then
     BAND=$M/$TAG-s20-input-c0-band${B}w${W}f${F//,/.}.gguf NAME=b${B}w${W}f${F//,/.}
 fi
 if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=b${B}w$W-fit; fi
+if [ -n "${F32FIT:-}" ]; then BAND=${BAND%.gguf}-f32fit.gguf NAME=$NAME-f32fit; fi
 mkdir -p "$OUT" "$M"
 what=$1; shift
 case $what in
@@ -44,15 +49,25 @@ write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=
 calibrate-fit)
     [ -f "$FITTED" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 4096 --band-layers "$B" --band-window "$W" \
         -o "$FITTED" --no-progress ;;
+f32fit)
+    for m in "$PLAIN" "$BAND"; do
+        src=$M/$TAG-f32-${m#$M/$TAG-}
+        .venv/bin/python -c "import dataclasses, sys; from gguf import GGUFReader
+from ridgefill.ggufio import fingerprint, read_maps, write_maps
+write_maps(sys.argv[3], dataclasses.replace(read_maps(sys.argv[2]), base_fingerprint=fingerprint(GGUFReader(sys.argv[1]))))" \
+            "$FILE" "$src" "${m%.gguf}-f32fit.gguf"
+    done ;;
 eval8k)
     d=$1
     "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task kl,longdep --lengths 8192 \
         --tail-tokens 1024 --prompts "$PROMPTS" --domains "$d" \
         --json "$OUT/band-$TAG-$NAME-8k-$d.json" | tee "$OUT/band-$TAG-$NAME-8k-$d.md" ;;
 needle)
-    "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task needle --lengths 2048 --tail-tokens 256 \
-        --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
-        --json "$OUT/band-$TAG-$NAME-needle.json" | tee "$OUT/band-$TAG-$NAME-needle.md" ;;
+    len=${1:-2048} tail=${2:-256} sfx=""
+    [ "$len" = 2048 ] || sfx=-$((len / 1024))k
+    "${RF[@]}" eval "$FILE" --maps "$BAND" ${COMPARE:+--compare-maps "$COMPARE"} --task needle --lengths "$len" \
+        --tail-tokens "$tail" --depths 0.1,0.3,0.5,0.7,0.9 --needle-trials 12 --domains shakespeare \
+        --json "$OUT/band-$TAG-$NAME-needle$sfx.json" | tee "$OUT/band-$TAG-$NAME-needle$sfx.md" ;;
 server)
     port=${PORT:-8089} L=${L:-8191}
     if [ "${1:-}" = s20 ]; then BAND=$PLAIN NAME=s20; fi
@@ -72,5 +87,5 @@ fa)
         "${RF[@]}" bench "$FILE" --maps "$1" -fa "$2" --lengths 8192 --tail-tokens 1024 -r 2 \
             --json "$OUT/bench-$TAG-$3-8k.json"
     done ;;
-*) echo "usage: $0 calibrate|calibrate-fit|eval8k DOMAIN|needle|server|fa" >&2; exit 2 ;;
+*) echo "usage: $0 calibrate|calibrate-fit|f32fit|eval8k DOMAIN|needle [LEN TAIL]|server|fa" >&2; exit 2 ;;
 esac

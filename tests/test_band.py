@@ -600,3 +600,17 @@ def test_band_choice_reads_only_calibration_text(smollm2, maps20):
     tok = lambda t: llm.tokenize(t.encode(), add_bos=False, special=False)  # noqa: E731
     ids, _ = read_documents([d.text for d in data.corpus(corpus)], tok, read, order)
     assert chunks[0][1:] == ids[:read - 1]
+
+
+def test_unwindowed_band_needle_at_4k_is_the_committed_run():
+    """docs/maps.md and docs/results.md: at 4K (512 tail, 60 keys) the four-layer setting finds 33/60 keys, split 20
+    alone 33/60, exact 34/60; -2 points [-8, +5] each, paired by key."""
+    import json
+    run = json.loads((ROOT / "docs" / "data" / "band-smollm2-b10w1024f10.11.14.15-needle-4k.json").read_text())
+    assert run["band_full_layers"] == [10, 11, 14, 15] and run["config"]["tail_tokens"] == 512
+    nd = run["domains"]["shakespeare"]["needle"]
+    assert [c["length"] for c in nd["cells"]] == [4096] * 5 and {c["trials"] for c in nd["cells"]} == {12}
+    hits = {m: [c["hits"][m] for c in nd["cells"]] for m in ("exact", "ridgefill", "maps:smollm2-s20-input-c0")}
+    assert hits == {"exact": [10, 4, 8, 6, 6], "ridgefill": [9, 4, 8, 7, 5], "maps:smollm2-s20-input-c0": [9, 3, 9, 6, 6]}
+    for m in ("ridgefill", "maps:smollm2-s20-input-c0"):
+        assert [round(100 * x) for x in nd["diff_from_exact"][m]] == [-2, -8, 5]
