@@ -52,6 +52,7 @@ calibrate-fit)
 f32fit)
     for m in "$PLAIN" "$BAND"; do
         src=$M/$TAG-f32-${m#$M/$TAG-}
+        [ -f "$src" ] || { echo "$src not found: run WIDE=1 W=$W ${F:+F=$F }$0 calibrate first" >&2; exit 1; }
         .venv/bin/python -c "import dataclasses, sys; from gguf import GGUFReader
 from ridgefill.ggufio import fingerprint, read_maps, write_maps
 write_maps(sys.argv[3], dataclasses.replace(read_maps(sys.argv[2]), base_fingerprint=fingerprint(GGUFReader(sys.argv[1]))))" \
