@@ -608,6 +608,7 @@ def test_unwindowed_band_needle_at_4k_is_the_committed_run():
     import json
     run = json.loads((ROOT / "docs" / "data" / "band-smollm2-b10w1024f10.11.14.15-needle-4k.json").read_text())
     assert run["band_full_layers"] == [10, 11, 14, 15] and run["config"]["tail_tokens"] == 512
+    assert 4096 - 512 - run["config"]["sink_tokens"] == 3580        # "the 3,580 filled positions"
     nd = run["domains"]["shakespeare"]["needle"]
     assert [c["length"] for c in nd["cells"]] == [4096] * 5 and {c["trials"] for c in nd["cells"]} == {12}
     hits = {m: [c["hits"][m] for c in nd["cells"]] for m in ("exact", "ridgefill", "maps:smollm2-s20-input-c0")}
@@ -617,7 +618,7 @@ def test_unwindowed_band_needle_at_4k_is_the_committed_run():
 
 
 def test_f32_fitted_maps_in_the_q4_1_runtime_are_the_committed_run():
-    """docs/maps.md and docs/results.md: maps fitted on the F32 activations, applied in the Q4_1 runtime, give split 20
+    """README, docs/maps.md and docs/results.md: maps fitted on the F32 activations, applied in the Q4_1 runtime, give split 20
     0.999x and the four-layer setting 1.047x split 20's (Q4_1-fitted) KL on Brown, 0.996x the setting's with its own
     maps: the 5% is the rounding at run time, not the maps."""
     data = ROOT / "docs" / "data"

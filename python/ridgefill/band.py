@@ -139,24 +139,20 @@ def choose_full_layers(model: str, maps: str, band_layers: int, band_window: int
             out.kl[name].append(kl(exacts[-1], toks, setting))
     # greedy: the best pair alone, then each further pair measured together with those already chosen (pairs
     # overlap: a second pair may add little to the first that it gives alone)
-    step = [",".join(map(str, g)) for g in groups]
-    out.steps.append(step)
-    best = min(step, key=out.mean)
-    chosen = [int(x) for x in best.split(",")]
-    while len(chosen) + group <= n_full:
-        rest = [g for g in groups if not set(g) & set(chosen)]
+    layers = {",".join(map(str, g)): g for g in groups}       # candidate name -> its unwindowed layers
+    out.steps.append(list(layers))
+    best = min(layers, key=out.mean)
+    while len(layers[best]) + group <= n_full:
+        rest = [g for g in groups if not set(g) & set(layers[best])]
         bar.total += len(rest) * len(prompts)
         bar.refresh()
-        step = []
-        for g in rest:
-            name = f"{best}+{','.join(map(str, g))}"
-            out.kl[name] = [kl(e, toks, (band_layers, band_window, tuple(sorted(chosen + list(g)))))
-                            for e, toks in zip(exacts, prompts)]
-            step.append(name)
-        out.steps.append(step)
+        step = {f"{best}+{','.join(map(str, g))}": tuple(sorted(layers[best] + g)) for g in rest}
+        for name, full in step.items():
+            out.kl[name] = [kl(e, toks, (band_layers, band_window, full)) for e, toks in zip(exacts, prompts)]
+        layers.update(step)
+        out.steps.append(list(step))
         best = min(step, key=out.mean)
-        chosen = sorted(int(x) for x in best.replace("+", ",").split(","))
-    out.chosen = tuple(sorted(chosen))
+    out.chosen = layers[best]
     out.kl["chosen"] = list(out.kl[best])
     bar.close()
     return out
