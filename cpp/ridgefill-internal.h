@@ -92,7 +92,7 @@ struct ridgefill_context {
     int32_t band_layers = -1, band_window = -1;  // -1: the maps' own
     bool    band_full_set = false;                // band_full_layers overrides the maps' own
     std::vector<int32_t> band_full_layers;
-    bool    band_cost_warned = false;             // the warning that a band without flash attention saves nothing
+    bool    band_cost_warn = true;                // log once that a band without flash attention saves nothing
     int32_t band() const { return band_of(band_layers, maps.get()); }
     int32_t window() const { return window_of(band_layers, band_window, maps.get()); }
     // the band's layers that attend to every position (ascending; only those inside the band in effect)

@@ -955,8 +955,8 @@ static int32_t check_band_full(const std::vector<int32_t> & layers, const ridgef
 // the window is a mask: only an attention kernel that skips masked positions (the CPU's flash attention) turns it
 // into a saving; without one the band layers cost what exact layers cost (said once per context)
 static void warn_band_cost(llama_context * ctx, int32_t layers, const ridgefill_maps & maps) {
-    if (layers > 0 && !ctx->get_cparams().flash_attn && !state(ctx).band_cost_warned) {
-        state(ctx).band_cost_warned = true;
+    if (layers > 0 && !ctx->get_cparams().flash_attn && state(ctx).band_cost_warn) {
+        state(ctx).band_cost_warn = false;
         LLAMA_LOG_WARN("ridgefill: band of %d layers with flash attention off: their attention still computes every "
                        "position (the window only masks), so the band saves nothing over split layer %d alone; "
                        "use flash attention (-fa on)\n", layers, maps.split_layer);
@@ -1072,6 +1072,10 @@ int32_t llama_ridgefill_set_band(llama_context * ctx, int32_t n_layers, int32_t 
     rf.band_layers = n_layers;
     rf.band_window = window;
     return 0;
+}
+
+void llama_ridgefill_set_band_cost_warning(llama_context * ctx, bool enabled) {
+    state(ctx).band_cost_warn = enabled;
 }
 
 int32_t llama_ridgefill_band(const llama_context * ctx, int32_t * n_layers, int32_t * window) {

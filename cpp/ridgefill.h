@@ -61,6 +61,9 @@ LLAMA_API int32_t llama_ridgefill_split_layer(const struct llama_context * ctx);
 // value; a band whose window is set nowhere attends over 1024 positions.  Needs loaded maps and a model without
 // sliding-window attention (not gemma3).  The window saves time only with flash attention (it is a mask).
 LLAMA_API int32_t llama_ridgefill_set_band(struct llama_context * ctx, int32_t n_layers, int32_t window);
+// Whether the runtime logs (once per context) that a band with flash attention off saves nothing; on by default.
+// Callers that say so themselves (the Python bindings: a RuntimeWarning) or that measure quality only turn it off.
+LLAMA_API void    llama_ridgefill_set_band_cost_warning(struct llama_context * ctx, bool enabled);
 // The band in effect; returns -1 (and -1s) without maps.  NULLs allowed.
 LLAMA_API int32_t llama_ridgefill_band(const struct llama_context * ctx, int32_t * n_layers, int32_t * window);
 // Band layers that attend to every position on the filled rows too, as exact layers do (default: the maps'

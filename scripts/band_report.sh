@@ -14,7 +14,8 @@
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
 # WIDE=1 (any command): SmolLM2's weights widened to F32 (report-env.sh), its own split-20 maps, outputs tagged
-# smollm2-f32 — the band's KL without the 8-bit activation rounding of quantized CPU matmuls
+# smollm2-f32 — the band's KL without the 8-bit activation rounding of quantized CPU matmuls; WIDE=F16 or BF16:
+# the weights in that type (their matmuls round activations to it), outputs tagged smollm2-f16 / smollm2-bf16
 #   band_report.sh f32fit             (after WIDE=1 ... calibrate) the F32 model's maps, split 20 and band, marked
 #                                     for the quantized model (its fingerprint): maps fitted without the rounding,
 #                                     applied with it. F32FIT=1 (eval8k): the band from that file, and COMPARE

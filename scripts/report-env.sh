@@ -8,10 +8,13 @@ MODEL=${MODEL:-smollm2-135m}
 FILE=$("${RF[@]}" fetch-models "$MODEL" | cut -d' ' -f2)
 TAG=${MODEL%%-*}
 # WIDE=1: the same weights stored as F32 (ridgefill.ggufio.requantize), so no matmul rounds its activations to the
-# 8 bits a quantized one does on the CPU; its own maps and outputs are tagged "<tag>-f32"
+# 8 bits a quantized one does on the CPU; its own maps and outputs are tagged "<tag>-f32". WIDE=F16 (or BF16): the
+# weights stored so, whose CPU matmuls round activations to that type instead; tagged "<tag>-f16"
 if [ -n "${WIDE:-}" ]; then
-    wide=build/$TAG-f32.gguf
+    type=${WIDE/#1/F32}
+    case $type in F32|F16|BF16) ;; *) echo "WIDE=$WIDE: expected 1 (F32), F16 or BF16" >&2; exit 2 ;; esac
+    wide=build/$TAG-${type,,}.gguf
     [ -f "$wide" ] || .venv/bin/python -c "import sys; from ridgefill.ggufio import requantize
-requantize(sys.argv[1], sys.argv[2], to='F32', only=('Q4_1', 'Q8_0'))" "$FILE" "$wide"
-    FILE=$wide TAG=$TAG-f32
+requantize(sys.argv[1], sys.argv[2], to=sys.argv[3], only=('Q4_1', 'Q8_0'))" "$FILE" "$wide" "$type"
+    FILE=$wide TAG=$TAG-${type,,}
 fi

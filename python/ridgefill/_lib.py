@@ -44,6 +44,7 @@ def lib() -> ctypes.CDLL:
             ("llama_ridgefill_set_splice", [ctx, ctypes.c_char_p], i32),
             ("llama_ridgefill_split_layer", [ctx], i32),
             ("llama_ridgefill_set_band", [ctx, i32, i32], i32),
+            ("llama_ridgefill_set_band_cost_warning", [ctx, ctypes.c_bool], None),
             ("llama_ridgefill_band", [ctx, ctypes.POINTER(i32), ctypes.POINTER(i32)], i32),
             ("llama_ridgefill_set_band_full_layers", [ctx, ctypes.POINTER(i32), i32], i32),
             ("llama_ridgefill_band_full_layers", [ctx, ctypes.POINTER(i32), i32], i32),

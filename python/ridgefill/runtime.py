@@ -68,6 +68,7 @@ class Llama(llama_cpp.Llama):
         self.tail_tokens = tail_tokens
         self.maps_path = str(maps_path or model_path)
         h = lib()
+        h.llama_ridgefill_set_band_cost_warning(self.ctx, False)  # said below as a RuntimeWarning, which can be filtered
         check(h.llama_ridgefill_load_maps(self.ctx, self.maps_path.encode(),
                                           str(model_path).encode() if maps_path else None))
         check(h.llama_ridgefill_set_sink_tokens(self.ctx, -1 if sink_tokens is None else sink_tokens))
@@ -84,6 +85,7 @@ class Llama(llama_cpp.Llama):
         self.maps_path = str(maps_path)
         self.sink_tokens = lib().llama_ridgefill_sink_tokens(self.ctx)
         self.reset()
+        self._warn_band_cost()
 
     def __del__(self):
         if hasattr(self, "_stack"):  # not when __init__ refused its arguments before the model was loaded
@@ -128,10 +130,13 @@ class Llama(llama_cpp.Llama):
         self._band_set = True
         if before is not None and before != (self.band, self.band_full_layers):
             self.reset()
+        self._warn_band_cost()
+
+    def _warn_band_cost(self) -> None:
         if self.band[0] and self.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED:
             warnings.warn(f"a band of {self.band[0]} layers with flash_attn=False saves nothing over split layer "
                           f"{self.split_layer} alone: the window masks the band layers' attention, only flash "
-                          "attention skips what it masks (pass flash_attn=True)", RuntimeWarning, stacklevel=2)
+                          "attention skips what it masks (pass flash_attn=True)", RuntimeWarning, stacklevel=3)
 
     @property
     def map_kind(self) -> str:
