@@ -477,6 +477,23 @@ def test_f32_weights_unwindowed_band_is_the_committed_run():
     assert abs(cell["nll_exact"][0] - q4["nll_exact"][0]) < 0.005 and cell["tokens"] == q4["tokens"]   # same prompts
 
 
+def test_f16_weights_unwindowed_band_is_the_committed_run():
+    """docs/maps.md ("F16 weights"), docs/results.md, README: on SmolLM2's weights stored as F16 the four-layer setting
+    is split 20's KL on Brown (1.001x [0.986, 1.017], 8 of 16 prompts above), both 0.0065, and the F32 run's KL
+    prompt by prompt (1.000x), on the same prompts."""
+    import json
+    data = ROOT / "docs" / "data"
+    f16, f32 = (data / f"band-smollm2-{w}-b10w1024f10.11.14.15-8k-brown.json" for w in ("f16", "f32"))
+    row = kl_ratio_row(f"{f16}:maps:smollm2-f16-s20-input-c0", f"{f16}:ridgefill", "brown")
+    assert "| 1.001 [0.986, 1.017] | 0.95–1.05 |" in row and row.rstrip().endswith("| 8/16 |")
+    assert "| 1.000 [0.999, 1.000] |" in kl_ratio_row(f"{f32}:ridgefill", f"{f16}:ridgefill", "brown", 0.002)
+    cell = json.loads(f16.read_text())["domains"]["brown"]["tail@8192"]
+    assert json.loads(f16.read_text())["model"].endswith("smollm2-f16.gguf")
+    assert {round(m["kl"][0], 4) for m in cell["modes"].values()} == {0.0065}
+    wide = json.loads(f32.read_text())["domains"]["brown"]["tail@8192"]
+    assert abs(cell["nll_exact"][0] - wide["nll_exact"][0]) < 0.001 and cell["tokens"] == wide["tokens"]  # same prompts
+
+
 def test_hidden_state_error_table_is_the_committed_run():
     """docs/maps.md, "Can `calibrate` choose the unwindowed layers from the hidden states?": the split-20 input's and
     the band inputs' relative errors, and the shares closed, come from the committed band_hidden_error.py run."""
