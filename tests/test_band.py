@@ -162,15 +162,17 @@ def test_band_flops():
 
 def test_eval_takes_the_band(smollm2, maps20, tmp_path):
     """`ridgefill eval --band-layers/--band-window` override the maps' band, the result says which band ran, and
-    eval (quality only) raises no RuntimeWarning that a band without flash attention saves no time."""
+    eval (quality only) says nowhere that a band without flash attention saves no time: no RuntimeWarning, no
+    runtime log line, also where it switches to the maps of --compare-maps."""
     import json
-    out = tmp_path / "eval.json"
-    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--task", "kl", "--lengths", "768",
-                "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare", "--band-layers", "10",
-                "--band-window", "32", "-t", str(n_threads()), "--json", str(out))
+    import shutil
+    out, other = tmp_path / "eval.json", shutil.copy(maps20, tmp_path / "other.gguf")
+    r = run_cli("ridgefill", "eval", str(smollm2), "--maps", str(maps20), "--compare-maps", str(other), "--task",
+                "kl", "--lengths", "768", "--tail-tokens", "128", "--prompts", "1", "--domains", "shakespeare",
+                "--band-layers", "10", "--band-window", "32", "-t", str(n_threads()), "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "split layer 20 (band: layers 10..19, window 32)" in r.stdout
-    assert "RuntimeWarning" not in r.stderr       # (the runtime's own log line about it stays)
+    assert "split layer 20 (band: layers 10..19, window 32)" in r.stdout and "| maps:other |" in r.stdout
+    assert "saves nothing" not in r.stderr, r.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["band"] == [10, 32] and res["config"]["band_layers"] == 10
     # maps without a band of their own and no --band-window: the default window

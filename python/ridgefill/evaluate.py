@@ -21,6 +21,7 @@ import json
 import os
 import random
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,14 @@ class EvalConfig:
     seed: int = 0
 
 
+@contextmanager
+def _quality_only():
+    """eval measures quality only: that a band without flash attention saves no time does not concern it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "a band of .* saves nothing", RuntimeWarning)
+        yield
+
+
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float32) - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
@@ -84,9 +93,7 @@ class Evaluator:
         n_ubatch = n_ctx if "splice" in cfg.tasks else 512
         self.cfg = cfg
         threads = cfg.threads or os.cpu_count() or 1
-        with warnings.catch_warnings():
-            # eval measures quality only: that a band without flash attention saves no time does not concern it
-            warnings.filterwarnings("ignore", "a band of .* saves nothing", RuntimeWarning)
+        with _quality_only():
             self.llm = Llama(str(cfg.model), maps_path=cfg.maps, tail_tokens=cfg.tail_tokens,
                              sink_tokens=cfg.sink_tokens, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch,
                              n_threads=threads, n_threads_batch=threads, verbose=False, guard=False,
@@ -112,7 +119,8 @@ class Evaluator:
     def set_mode(self, mode: str) -> None:
         maps = self.compare.get(mode, self.maps)
         if mode != "exact" and maps != self.llm.maps_path:
-            self.llm.load_maps(maps)
+            with _quality_only():
+                self.llm.load_maps(maps)
         self.llm.set_splice(mode.removeprefix("splice-") if mode.startswith("splice-") else None)
         self.llm.set_ridgefill(mode != "exact")
         self.llm.set_guard(mode == "guard")
