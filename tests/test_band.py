@@ -496,6 +496,16 @@ def test_f16_weights_unwindowed_band_is_the_committed_run():
     assert abs(cell["nll_exact"][0] - wide["nll_exact"][0]) < 0.001 and cell["tokens"] == wide["tokens"]  # same prompts
 
 
+def test_f16_weights_unwindowed_band_on_code_is_the_committed_run():
+    """docs/maps.md ("On code it is not"), docs/results.md, README: on F16 weights the four-layer setting stays 1.026x
+    split 20's KL on code (11 of 16 prompts above), 0.930x the Q4_1 run's on the same prompts."""
+    data = ROOT / "docs" / "data"
+    f16, q4 = (data / f"band-smollm2-{w}b10w1024f10.11.14.15-8k-python-code.json" for w in ("f16-", ""))
+    row = kl_ratio_row(f"{f16}:maps:smollm2-f16-s20-input-c0", f"{f16}:ridgefill", "python-code")
+    assert "| 0.0382 [0.0302, 0.0467] | 1.026 [1.005, 1.053] | 0.96–1.14 | 11/16 |" in row
+    assert "| 0.930 [0.912, 0.942] |" in kl_ratio_row(f"{q4}:ridgefill", f"{f16}:ridgefill", "python-code", 0.01)
+
+
 def test_hidden_state_error_table_is_the_committed_run():
     """docs/maps.md, "Can `calibrate` choose the unwindowed layers from the hidden states?": the split-20 input's and
     the band inputs' relative errors, and the shares closed, come from the committed band_hidden_error.py run."""
