@@ -11,7 +11,7 @@ TAG=${MODEL%%-*}
 # 8 bits a quantized one does on the CPU; its own maps and outputs are tagged "<tag>-f32". WIDE=F16 (or BF16): the
 # weights stored so, whose CPU matmuls round activations to that type instead; tagged "<tag>-f16"
 if [ -n "${WIDE:-}" ]; then
-    type=${WIDE/#1/F32}
+    type=$WIDE; [ "$type" = 1 ] && type=F32
     case $type in F32|F16|BF16) ;; *) echo "WIDE=$WIDE: expected 1 (F32), F16 or BF16" >&2; exit 2 ;; esac
     wide=build/$TAG-${type,,}.gguf
     [ -f "$wide" ] || .venv/bin/python -c "import sys; from ridgefill.ggufio import requantize

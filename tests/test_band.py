@@ -506,6 +506,23 @@ def test_f16_weights_unwindowed_band_on_code_is_the_committed_run():
     assert "| 0.930 [0.912, 0.942] |" in kl_ratio_row(f"{q4}:ridgefill", f"{f16}:ridgefill", "python-code", 0.01)
 
 
+def test_f16_ttft_table_is_the_committed_runs():
+    """docs/maps.md ("And no faster than split 20 on F16 at 8K either"): the two in-process runs' medians and ranges;
+    the fills' ranges overlap while the ratios do not."""
+    import json
+    runs = {n: json.loads((ROOT / "docs" / "data" / f"bench-smollm2-f16-{n}-8k.json").read_text())
+            for n in ("s20", "b10w1024f10.11.14.15")}
+    assert all(d["model"].endswith("smollm2-f16.gguf") and d["band_layers"] == (10 if "b10" in n else 0)
+               for n, d in runs.items())
+    rows = {n: d["rows"][0] for n, d in runs.items()}
+    cells = {n: (f"{r['exact_s']:.1f}", f"{min(r['exact_runs']):.1f}–{max(r['exact_runs']):.1f}", f"{r['ridgefill_s']:.1f}",
+                 f"{min(r['ridgefill_runs']):.1f}–{max(r['ridgefill_runs']):.1f}", f"{r['ratio']:.2f}",
+                 f"{r['ratio_min']:.2f}–{r['ratio_max']:.2f}", f"{r['limit']:.2f}") for n, r in rows.items()}
+    assert cells == {"s20": ("39.9", "39.7–44.0", "31.5", "31.0–34.9", "1.28", "1.14–1.40", "1.34"),
+                     "b10w1024f10.11.14.15": ("44.4", "43.5–46.0", "31.1", "29.9–32.1", "1.48", "1.36–1.49", "1.46")}
+    assert all(r["length"] == 8192 for r in rows.values())
+
+
 def test_hidden_state_error_table_is_the_committed_run():
     """docs/maps.md, "Can `calibrate` choose the unwindowed layers from the hidden states?": the split-20 input's and
     the band inputs' relative errors, and the shares closed, come from the committed band_hidden_error.py run."""
