@@ -494,6 +494,13 @@ def test_f16_weights_unwindowed_band_is_the_committed_run():
     assert {round(m["kl"][0], 4) for m in cell["modes"].values()} == {0.0065}
     wide = json.loads(f32.read_text())["domains"]["brown"]["tail@8192"]
     assert abs(cell["nll_exact"][0] - wide["nll_exact"][0]) < 0.001 and cell["tokens"] == wide["tokens"]  # same prompts
+    assert (f"{cell['nll_exact'][0]:.4f}", f"{wide['nll_exact'][0]:.4f}") == ("3.6317", "3.6316")
+    # "top-1 agreement 0.971 in both, key tokens +0.096 against F32's +0.095 (split 20 +0.097 in both)"
+    for c, name, band_key in ((cell, "maps:smollm2-f16-s20-input-c0", "0.096"),
+                              (wide, "maps:smollm2-f32-s20-input-c0", "0.095")):
+        assert {f"{m['top1'][0]:.3f}" for m in c["modes"].values()} == {"0.971"}
+        assert (f"{c['modes']['ridgefill']['nll_key_diff'][0]:.3f}", f"{c['modes'][name]['nll_key_diff'][0]:.3f}") \
+            == (band_key, "0.097")
 
 
 def test_f16_weights_unwindowed_band_on_code_is_the_committed_run():
@@ -504,6 +511,13 @@ def test_f16_weights_unwindowed_band_on_code_is_the_committed_run():
     row = kl_ratio_row(f"{f16}:maps:smollm2-f16-s20-input-c0", f"{f16}:ridgefill", "python-code")
     assert "| 0.0382 [0.0302, 0.0467] | 1.026 [1.005, 1.053] | 0.96–1.14 | 11/16 |" in row
     assert "| 0.930 [0.912, 0.942] |" in kl_ratio_row(f"{q4}:ridgefill", f"{f16}:ridgefill", "python-code", 0.01)
+    import json
+    c16, c4 = (json.loads(f.read_text())["domains"]["python-code"]["tail@8192"] for f in (f16, q4))
+    s20 = c16["modes"]["maps:smollm2-f16-s20-input-c0"]
+    assert (f"{s20['kl'][0]:.4f}", f"{c4['modes']['maps:smollm2-s20-input-c0']['kl'][0]:.4f}") == ("0.0372", "0.0396")
+    assert [f"{m['nll_key_diff'][0]:.3f}" for m in (c16["modes"]["ridgefill"], s20)] == ["0.355", "0.345"]
+    assert [f"{m['top1'][0]:.3f}" for m in (c16["modes"]["ridgefill"], s20)] == ["0.947", "0.948"]
+    assert (f"{c16['nll_exact'][0]:.4f}", f"{c4['nll_exact'][0]:.4f}") == ("1.5459", "1.5489")
 
 
 def test_f16_ttft_table_is_the_committed_runs():
@@ -521,6 +535,17 @@ def test_f16_ttft_table_is_the_committed_runs():
     assert cells == {"s20": ("39.9", "39.7–44.0", "31.5", "31.0–34.9", "1.28", "1.14–1.40", "1.34"),
                      "b10w1024f10.11.14.15": ("44.4", "43.5–46.0", "31.1", "29.9–32.1", "1.48", "1.36–1.49", "1.46")}
     assert all(r["length"] == 8192 for r in rows.values())
+    assert sorted(round(r["exact_tok_s"]) for r in rows.values()) == [184, 205]   # "184–205 tokens/s"
+
+
+def test_f16_prompt_speed_is_the_committed_run():
+    """docs/maps.md ("F16 weights") and docs/results.md ("The tests' model"): F16 SmolLM2 at 460 tokens/s against
+    the package's Q4_1 at 276 (1.67x), F32 445 (1.61x), KL 0.0034 from the committed prompt_speed.py output."""
+    text = (ROOT / "docs" / "data" / "prompt-speed-smollm2-q4_1-f16-f32.md").read_text()
+    rows = {r[0]: r[2:] for r in (line.strip("| ").split(" | ") for line in text.splitlines()[3:])}
+    assert rows == {"SmolLM2-135M-Instruct.Q4_1.gguf": ["276", "1.00x", "0.00000", "1.000"],
+                    "smollm2-f16.gguf": ["460", "1.67x", "0.00341", "0.969"],
+                    "smollm2-f32.gguf": ["445", "1.61x", "0.00341", "0.967"]}
 
 
 def test_hidden_state_error_table_is_the_committed_run():
