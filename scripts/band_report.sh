@@ -11,6 +11,8 @@
 #   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: split 20 alone), interleaved
 #                                     (L=16383: another prompt length; the server's context is L + 1)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
+# S=22 (any command): the maps from layer S instead of 20 (the band is still layers S-B..S-1: S=22 B=12 is band
+# 10-21), files and outputs tagged s22
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
 # map file (…-band10w1024f10.11.14.15.gguf) and named so in the outputs
 # WIDE=1 (any command): SmolLM2's weights widened to F32 (report-env.sh), its own split-20 maps, outputs tagged
@@ -25,13 +27,15 @@ OUT=docs/data M=build/maps
 W=${W:-256}
 B=${B:-10}
 PROMPTS=${PROMPTS:-16}
-PLAIN=$M/$TAG-s20-input-c0.gguf
-BAND=$M/$TAG-s20-input-c0-band${B}w$W.gguf
-FITTED=$M/$TAG-s20-input-c0-band${B}w$W-fit.gguf
-NAME=b${B}w$W
+S=${S:-20}
+SN=""; [ "$S" = 20 ] || SN=s$S
+PLAIN=$M/$TAG-s$S-input-c0.gguf
+BAND=$M/$TAG-s$S-input-c0-band${B}w$W.gguf
+FITTED=$M/$TAG-s$S-input-c0-band${B}w$W-fit.gguf
+NAME=${SN}b${B}w$W
 F=${F:-}
 if [ -n "$F" ]; then
-    BAND=$M/$TAG-s20-input-c0-band${B}w${W}f${F//,/.}.gguf NAME=b${B}w${W}f${F//,/.}
+    BAND=$M/$TAG-s$S-input-c0-band${B}w${W}f${F//,/.}.gguf NAME=${SN}b${B}w${W}f${F//,/.}
 fi
 if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=b${B}w$W-fit; fi
 if [ -n "${F32FIT:-}" ]; then BAND=${BAND%.gguf}-f32fit.gguf NAME=$NAME-f32fit; fi
@@ -39,7 +43,7 @@ mkdir -p "$OUT" "$M"
 what=$1; shift
 case $what in
 calibrate)
-    [ -f "$PLAIN" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 1024 -o "$PLAIN" --no-progress
+    [ -f "$PLAIN" ] || "${RF[@]}" calibrate "$FILE" -s "$S" -n 32768 -c 1024 -o "$PLAIN" --no-progress
     # the same maps with the band recorded (what `calibrate ... --band-layers B --band-window W` writes, without
     # calibrating twice)
     [ -f "$BAND" ] || .venv/bin/python -c "import dataclasses, sys; from ridgefill.ggufio import read_maps, write_maps
@@ -48,7 +52,7 @@ write_maps(sys.argv[2], dataclasses.replace(read_maps(sys.argv[1]), band_layers=
                                             band_full_layers=full))" \
         "$PLAIN" "$BAND" "$B" "$W" "$F" ;;
 calibrate-fit)
-    [ -f "$FITTED" ] || "${RF[@]}" calibrate "$FILE" -s 20 -n 32768 -c 4096 --band-layers "$B" --band-window "$W" \
+    [ -f "$FITTED" ] || "${RF[@]}" calibrate "$FILE" -s "$S" -n 32768 -c 4096 --band-layers "$B" --band-window "$W" \
         -o "$FITTED" --no-progress ;;
 f32fit)
     for m in "$PLAIN" "$BAND"; do
@@ -72,7 +76,7 @@ needle)
         --json "$OUT/band-$TAG-$NAME-needle$sfx.json" | tee "$OUT/band-$TAG-$NAME-needle$sfx.md" ;;
 server)
     port=${PORT:-8089} L=${L:-8191}
-    if [ "${1:-}" = s20 ]; then BAND=$PLAIN NAME=s20; fi
+    if [ "${1:-}" = s20 ]; then BAND=$PLAIN NAME=s$S; fi
     # past SmolLM2's 8192 training positions the server caps the slot; a speed run raises the recorded length
     over=(); [ "$L" -ge 8192 ] && over=(--override-kv "llama.context_length=int:$((L + 1))")
     .venv/bin/ridgefill-server -m "$FILE" --ridgefill-maps "$BAND" --ridgefill-tail 1024 -c $((L + 1)) -np 1 "${over[@]}" \
