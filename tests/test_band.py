@@ -705,3 +705,39 @@ def test_f32_fitted_maps_in_the_q4_1_runtime_are_the_committed_run():
     assert "| 1.047 [1.034, 1.063] |" in kl_ratio_row(f"{fit}:maps:smollm2-s20-input-c0-f32fit", f"{fit}:ridgefill",
                                                       "brown")
     assert "| 0.996 [0.990, 1.003] |" in kl_ratio_row(f"{q4}:ridgefill", f"{fit}:ridgefill", "brown")
+
+
+def test_band_before_maps_from_22_is_the_committed_run():
+    """docs/maps.md ("Maps from layer 22 behind a band of layers 10-21"): on the package's Q4_1 weights, band 10-21 at
+    W = 1024 with maps from layer 22 is 0.872x split 20's KL on held-out Brown (2 of 16 prompts above), key tokens
+    +0.034 against +0.101, W = 512 1.028x; 0.830x the four-layer setting's; 1.46x TTFT through the server at 8K; and
+    the FLOP limits of its table."""
+    import json
+    data = ROOT / "docs" / "data"
+    run = data / "band-smollm2-s22b12w1024-8k-brown.json"
+    ref = f"{run}:maps:smollm2-s20-input-c0"
+    row = kl_ratio_row(ref, f"{run}:ridgefill", "brown")
+    assert "| 0.0080 [0.0069, 0.0096] | 0.872 [0.790, 1.000] | 0.68–1.43 | 2/16 |" in row
+    row = kl_ratio_row(ref, f"{run}:maps:smollm2-s22-input-c0-band12w512", "brown")
+    assert "| 0.0095 [0.0082, 0.0110] | 1.028 [0.933, 1.153] | 0.77–1.54 | 10/16 |" in row
+    four = data / "band-smollm2-b10w1024f10.11.14.15-8k-brown.json"
+    assert "| 0.830 [0.750, 0.956] | 0.64–1.42 | 1/16 |" in kl_ratio_row(f"{four}:ridgefill", f"{run}:ridgefill", "brown",
+                                                                        0.002)
+    d = json.loads(run.read_text())
+    cell = d["domains"]["brown"]["tail@8192"]
+    assert d["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    got = {n: (f"{m['kl'][0]:.4f}", f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}") for n, m in cell["modes"].items()}
+    assert got == {"ridgefill": ("0.0080", "0.952", "0.034"), "maps:smollm2-s20-input-c0": ("0.0092", "0.953", "0.101"),
+                   "maps:smollm2-s22-input-c0-band12w512": ("0.0095", "0.948", "0.039")}
+    bench = json.loads((data / "bench-server-smollm2-s22b12w1024-8k.json").read_text())["rows"][0]
+    assert (f"{bench['ratio']:.2f}", f"{bench['ratio_min']:.2f}", f"{bench['ratio_max']:.2f}", f"{bench['exact_s']:.1f}",
+            f"{bench['ridgefill_s']:.1f}", f"{bench['limit']:.2f}", bench["length"]) == \
+        ("1.46", "1.43", "1.51", "55.4", "38.6", "1.49", 8191)
+    shape = fill_sim.bench.Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152,
+                                 n_ctx_train=8192)
+    table = {"band10-input-c0": "1.34 1.40 1.44", "band5-input-c0": "1.61 1.75 1.85",
+             "band10w1024f10.11.14.15-input-c0": "1.46 1.66 1.83", "band12w1024-input-c0": "1.49 1.82 2.18",
+             "band12w512-input-c0": "1.55 1.88 2.23"}
+    for spec, want in table.items():
+        v = fill_sim.parse_variant(spec)
+        assert " ".join(f"{fill_sim.flop_limit(shape, v, 10, n, 1024, 4):.2f}" for n in (8192, 16384, 32768)) == want
