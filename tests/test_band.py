@@ -741,3 +741,20 @@ def test_band_before_maps_from_22_is_the_committed_run():
     for spec, want in table.items():
         v = fill_sim.parse_variant(spec)
         assert " ".join(f"{fill_sim.flop_limit(shape, v, 10, n, 1024, 4):.2f}" for n in (8192, 16384, 32768)) == want
+
+
+def test_band_before_maps_from_22_on_code_is_the_committed_run():
+    """docs/maps.md, docs/results.md, README: on code the split-22 band is 0.960x split 20's KL (8 of 16 prompts
+    above; split 20 from the four-layer run on the same prompts), 0.927x the four-layer setting's, key tokens +0.199
+    against +0.342."""
+    import json
+    data = ROOT / "docs" / "data"
+    run, four = (data / f"band-smollm2-{n}-8k-python-code.json" for n in ("s22b12w1024", "b10w1024f10.11.14.15"))
+    row = kl_ratio_row(f"{four}:maps:smollm2-s20-input-c0", f"{run}:ridgefill", "python-code")
+    assert "| 0.0381 [0.0315, 0.0449] | 0.960 [0.903, 1.026] | 0.78–1.23 | 8/16 |" in row
+    assert "| 0.927 [0.880, 0.979] |" in kl_ratio_row(f"{four}:ridgefill", f"{run}:ridgefill", "python-code")
+    c22, c20 = (json.loads(f.read_text())["domains"]["python-code"]["tail@8192"] for f in (run, four))
+    assert f"{c22['nll_exact'][0]:.4f}" == f"{c20['nll_exact'][0]:.4f}" == "1.5489"    # the same prompts
+    got = [(f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
+           for m in (c22["modes"]["ridgefill"], c20["modes"]["maps:smollm2-s20-input-c0"], c20["modes"]["ridgefill"])]
+    assert got == [("0.937", "0.199"), ("0.940", "0.342"), ("0.937", "0.353")]
