@@ -206,14 +206,16 @@ def test_band_without_flash_attention_warns(smollm2, maps20, capfd):
             assert ("saves nothing over split layer 20 alone" in s.log()) == warned
 
 
-def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path):
-    """`ridgefill calibrate --band-layers 10` (README) writes the band with the default window of 1024 positions."""
+@pytest.mark.parametrize("split, band", [(20, 10), (22, 12)])
+def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path, split, band):
+    """`ridgefill calibrate -s 20 --band-layers 10` and `-s 22 --band-layers 12` (README) write the band with the
+    default window of 1024 positions."""
     out = tmp_path / "band.gguf"
-    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", "20", "-n", "1024", "-c", "512", "--band-layers", "10",
-                "-o", str(out), "--no-progress", "-t", str(n_threads()))
+    r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", str(split), "-n", "1024", "-c", "512", "--band-layers",
+                str(band), "-o", str(out), "--no-progress", "-t", str(n_threads()))
     assert r.returncode == 0, r.stderr[-2000:]
     m = read_maps(out)
-    assert (m.band_layers, m.band_window) == (10, 1024)
+    assert (m.split_layer, m.band_layers, m.band_window) == (split, band, 1024)
     assert m.extra["calib_split_input"] == "exact"                 # a 1024 window covers the 512-token chunks
 
 
