@@ -8,7 +8,7 @@
 #                                     maps of calibrate-fit)
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle [LEN TAIL]  2K prompts, 256 tail (or LEN, TAIL), 60 pass keys (Shakespeare): band vs exact
-#   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: split 20 alone), interleaved
+#   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: the maps alone), interleaved
 #                                     (L=16383: another prompt length; the server's context is L + 1)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 # S=22 (any command): the maps from layer S instead of 20 (the band is still layers S-B..S-1: S=22 B=12 is band
@@ -37,7 +37,7 @@ F=${F:-}
 if [ -n "$F" ]; then
     BAND=$M/$TAG-s$S-input-c0-band${B}w${W}f${F//,/.}.gguf NAME=${SN}b${B}w${W}f${F//,/.}
 fi
-if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=b${B}w$W-fit; fi
+if [ -n "${FIT:-}" ]; then BAND=$FITTED NAME=${SN}b${B}w$W-fit; fi
 if [ -n "${F32FIT:-}" ]; then BAND=${BAND%.gguf}-f32fit.gguf NAME=$NAME-f32fit; fi
 mkdir -p "$OUT" "$M"
 what=$1; shift

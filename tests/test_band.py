@@ -760,3 +760,18 @@ def test_band_before_maps_from_22_on_code_is_the_committed_run():
     got = [(f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
            for m in (c22["modes"]["ridgefill"], c20["modes"]["maps:smollm2-s20-input-c0"], c20["modes"]["ridgefill"])]
     assert got == [("0.937", "0.199"), ("0.940", "0.342"), ("0.937", "0.353")]
+
+
+def test_band_before_maps_from_22_on_shakespeare_is_the_committed_run():
+    """docs/maps.md, docs/results.md, README: on Shakespeare the split-22 band is 0.734x split 20's KL (lower on all 16
+    prompts; split 20 from the four-layer run on the same prompts), key tokens +0.115 against +0.185."""
+    import json
+    data = ROOT / "docs" / "data"
+    run, four = (data / f"band-smollm2-{n}-8k-shakespeare.json" for n in ("s22b12w1024", "b10w1024f10.11.14.15"))
+    row = kl_ratio_row(f"{four}:maps:smollm2-s20-input-c0", f"{run}:ridgefill", "shakespeare", 0.002)
+    assert "| 0.0213 [0.0190, 0.0241] | 0.734 [0.690, 0.777] | 0.56–0.87 | 0/16 |" in row
+    c22, c20 = (json.loads(f.read_text())["domains"]["shakespeare"]["tail@8192"] for f in (run, four))
+    assert f"{c22['nll_exact'][0]:.4f}" == f"{c20['nll_exact'][0]:.4f}" == "3.2836"    # the same prompts
+    got = [(f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
+           for m in (c22["modes"]["ridgefill"], c20["modes"]["maps:smollm2-s20-input-c0"])]
+    assert got == [("0.922", "0.115"), ("0.916", "0.185")]
