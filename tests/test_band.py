@@ -775,3 +775,11 @@ def test_band_before_maps_from_22_on_shakespeare_is_the_committed_run():
     got = [(f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
            for m in (c22["modes"]["ridgefill"], c20["modes"]["maps:smollm2-s20-input-c0"])]
     assert got == [("0.922", "0.115"), ("0.916", "0.185")]
+
+
+def test_band_before_maps_from_22_at_16k_is_the_committed_run():
+    """docs/maps.md: at 16K through the server the split-22 band gives 1.67x (1.31-1.73), 129.4 s against 186.1 s."""
+    import json
+    row = json.loads((ROOT / "docs" / "data" / "bench-server-smollm2-s22b12w1024-16k.json").read_text())["rows"][0]
+    assert (row["length"], f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}",
+            f"{row['ridgefill_s']:.1f}", f"{row['exact_s']:.1f}") == (16383, "1.67", "1.31", "1.73", "129.4", "186.1")
