@@ -410,12 +410,12 @@ def test_calibrate_band_fed_with_unwindowed_layers(smollm2, maps20, prose_tokens
     assert m.extra["calib_split_input"] == "band"
 
 
-def kl_ratio_row(ref: str, fill: str, domain: str, tolerance: float = 0.0) -> str:
-    """scripts/kl_ratio.py's table row for `fill` against `ref` (committed eval JSON:mode), 3 digits; `tolerance`:
-    its --exact-tolerance (runs whose kernels rounded differently)."""
+def kl_ratio_row(ref: str, fill: str, domain: str, tolerance: float = 0.0, digits: int = 3) -> str:
+    """scripts/kl_ratio.py's table row for `fill` against `ref` (committed eval JSON:mode), 3 digits unless told;
+    `tolerance`: its --exact-tolerance (runs whose kernels rounded differently)."""
     import subprocess
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kl_ratio.py"), ref, fill, "--domain", domain,
-                          "--digits", "3", "--exact-tolerance", str(tolerance)],
+                          "--digits", str(digits), "--exact-tolerance", str(tolerance)],
                          check=True, capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line.startswith(f"| {fill}")][0]
 
@@ -783,3 +783,52 @@ def test_band_before_maps_from_22_at_16k_is_the_committed_run():
     row = json.loads((ROOT / "docs" / "data" / "bench-server-smollm2-s22b12w1024-16k.json").read_text())["rows"][0]
     assert (row["length"], f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}",
             f"{row['ridgefill_s']:.1f}", f"{row['exact_s']:.1f}") == (16383, "1.67", "1.31", "1.73", "129.4", "186.1")
+
+
+def test_band_started_earlier_is_the_committed_run():
+    """docs/maps.md ("The band started earlier, and a screen of the 8K frontier"): band 4-21 at W = 1024 with maps from
+    layer 22 is 1.069x split 20's KL on held-out Brown (11 of 16 prompts above; split 20 from the band 10-21 run on the
+    same prompts), 1.226x band 10-21's, key tokens +0.081; 1.56x TTFT through the server at 8K (87% of 1.65x); the
+    screen's ratios on four prompts and its FLOP limits."""
+    import json
+    data = ROOT / "docs" / "data"
+    ref, run = (data / f"band-smollm2-{n}-8k-brown.json" for n in ("s22b12w1024", "s22b18w1024"))
+    assert "| 0.0098 [0.0086, 0.0114] | 1.069 [0.977, 1.191] | 0.80–1.57 | 11/16 |" in \
+        kl_ratio_row(f"{ref}:maps:smollm2-s20-input-c0", f"{run}:ridgefill", "brown")
+    assert "| 1.226 [1.181, 1.272] | 1.10–1.33 | 16/16 |" in kl_ratio_row(f"{ref}:ridgefill", f"{run}:ridgefill", "brown")
+    c12, c18 = (json.loads(f.read_text())["domains"]["brown"]["tail@8192"] for f in (ref, run))
+    assert f"{c12['nll_exact'][0]:.4f}" == f"{c18['nll_exact'][0]:.4f}" == "3.6353"    # the same prompts
+    m = c18["modes"]["ridgefill"]
+    assert (f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}") == ("0.945", "0.081")
+    assert json.loads(run.read_text())["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    bench = json.loads((data / "bench-server-smollm2-s22b18w1024-8k.json").read_text())
+    assert (bench["split_layer"], bench["band_layers"], bench["band_window"]) == (22, 18, 1024)
+    row = bench["rows"][0]
+    assert (f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}", f"{row['exact_s']:.1f}",
+            f"{row['ridgefill_s']:.1f}", f"{row['limit']:.2f}", f"{row['of_limit']:.2f}", row["length"]) == \
+        ("1.56", "1.49", "1.64", "55.0", "36.0", "1.65", "0.87", 8191)
+    # the screen: four prompts, ratios to band 10-21 in the first screen run
+    s1, s2 = data / "band-smollm2-screen-s22-8k-brown4.json", data / "band-smollm2-screen2-8k-brown4.json"
+    base = f"{s1}:maps:smollm2-s22-input-c0-band12w1024"
+    screen = {f"{s2}:maps:smollm2-s24-input-c0-band14w1024": "0.86 [0.74, 1.00] | 0.71–1.04 | 1/4",
+              f"{s1}:maps:smollm2-s22-input-c0-band14w1024": "1.07 [1.02, 1.10] | 1.01–1.10 | 4/4",
+              f"{s1}:maps:smollm2-s22-input-c0-band16w1024": "1.18 [1.17, 1.19] | 1.17–1.19 | 4/4",
+              f"{s1}:ridgefill": "1.20 [1.14, 1.27] | 1.12–1.30 | 4/4",
+              f"{s1}:maps:smollm2-s22-input-c0-band20w1024": "1.24 [1.18, 1.32] | 1.18–1.35 | 4/4",
+              f"{s2}:maps:smollm2-s24-input-c0-band22w512": "1.50 [1.28, 1.76] | 1.21–1.93 | 4/4",
+              f"{s2}:maps:smollm2-s22-input-c0-band20w512": "1.66 [1.50, 1.91] | 1.46–2.04 | 4/4",
+              f"{s2}:ridgefill": "1.58 [1.35, 1.86] | 1.28–2.02 | 4/4",
+              f"{s2}:maps:smollm2-s22-input-c0-band22w768": "1.43 [1.30, 1.63] | 1.29–1.76 | 4/4"}
+    for fill, want in screen.items():
+        assert f"| {want} |" in kl_ratio_row(base, fill, "brown", digits=2), fill
+    assert json.loads(s1.read_text())["maps"].endswith("smollm2-s22-input-c0-band18w1024.gguf")
+    assert json.loads(s2.read_text())["maps"].endswith("smollm2-s24-input-c0-band24w512.gguf")
+    shape = fill_sim.bench.Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152,
+                                 n_ctx_train=8192)
+    table = {(10, "band14w1024"): "1.43 1.76", (10, "band12w1024"): "1.49 1.82", (8, "band14w1024"): "1.54 1.95",
+             (6, "band16w1024"): "1.60 2.11", (4, "band18w1024"): "1.65 2.29", (2, "band20w1024"): "1.71 2.50",
+             (2, "band22w512"): "1.75 2.56", (2, "band20w512"): "1.83 2.68", (0, "band24w512"): "1.83 2.85",
+             (0, "band22w768"): "1.84 2.87"}
+    for (start, band), want in table.items():
+        v = fill_sim.parse_variant(f"{band}-input-c0")
+        assert " ".join(f"{fill_sim.flop_limit(shape, v, start, n, 1024, 4):.2f}" for n in (8192, 16384)) == want
