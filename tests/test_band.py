@@ -206,10 +206,10 @@ def test_band_without_flash_attention_warns(smollm2, maps20, capfd):
             assert ("saves nothing over split layer 20 alone" in s.log()) == warned
 
 
-@pytest.mark.parametrize("split, band", [(20, 10), (22, 12)])
+@pytest.mark.parametrize("split, band", [(20, 10), (22, 12), (22, 18)])
 def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path, split, band):
-    """`ridgefill calibrate -s 20 --band-layers 10` and `-s 22 --band-layers 12` (README) write the band with the
-    default window of 1024 positions."""
+    """`ridgefill calibrate -s 20 --band-layers 10`, `-s 22 --band-layers 12` and `-s 22 --band-layers 18` (README)
+    write the band with the default window of 1024 positions."""
     out = tmp_path / "band.gguf"
     r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", str(split), "-n", "1024", "-c", "512", "--band-layers",
                 str(band), "-o", str(out), "--no-progress", "-t", str(n_threads()))
