@@ -788,8 +788,8 @@ def test_band_before_maps_from_22_at_16k_is_the_committed_run():
 def test_band_started_earlier_is_the_committed_run():
     """docs/maps.md ("The band started earlier, and a screen of the 8K frontier"): band 4-21 at W = 1024 with maps from
     layer 22 is 1.069x split 20's KL on held-out Brown (11 of 16 prompts above; split 20 from the band 10-21 run on the
-    same prompts), 1.226x band 10-21's, key tokens +0.081; 1.56x TTFT through the server at 8K (87% of 1.65x); the
-    screen's ratios on four prompts and its FLOP limits."""
+    same prompts), 1.226x band 10-21's, key tokens +0.081; 0.913x on Shakespeare (key tokens +0.148 against +0.185);
+    1.56x TTFT through the server at 8K (87% of 1.65x); the screen's ratios on four prompts and its FLOP limits."""
     import json
     data = ROOT / "docs" / "data"
     ref, run = (data / f"band-smollm2-{n}-8k-brown.json" for n in ("s22b12w1024", "s22b18w1024"))
@@ -807,6 +807,18 @@ def test_band_started_earlier_is_the_committed_run():
     assert (f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}", f"{row['exact_s']:.1f}",
             f"{row['ridgefill_s']:.1f}", f"{row['limit']:.2f}", f"{row['of_limit']:.2f}", row["length"]) == \
         ("1.56", "1.49", "1.64", "55.0", "36.0", "1.65", "0.87", 8191)
+    # Shakespeare: split 20 from the four-layer run on the same prompts
+    sh, four, b12 = (data / f"band-smollm2-{n}-8k-shakespeare.json" for n in ("s22b18w1024", "b10w1024f10.11.14.15",
+                                                                              "s22b12w1024"))
+    assert "| 0.0265 [0.0237, 0.0296] | 0.913 [0.836, 1.007] | 0.67–1.43 | 3/16 |" in \
+        kl_ratio_row(f"{four}:maps:smollm2-s20-input-c0", f"{sh}:ridgefill", "shakespeare", 0.002)
+    assert "| 1.243 [1.178, 1.324] | 1.05–1.65 | 16/16 |" in kl_ratio_row(f"{b12}:ridgefill", f"{sh}:ridgefill",
+                                                                          "shakespeare", 0.002)
+    cells = [json.loads(f.read_text())["domains"]["shakespeare"]["tail@8192"] for f in (sh, four)]
+    assert {f"{c['nll_exact'][0]:.4f}" for c in cells} == {"3.2836"}
+    got = [(f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
+           for m in (cells[0]["modes"]["ridgefill"], cells[1]["modes"]["maps:smollm2-s20-input-c0"])]
+    assert got == [("0.913", "0.148"), ("0.916", "0.185")]
     # the screen: four prompts, ratios to band 10-21 in the first screen run
     s1, s2 = data / "band-smollm2-screen-s22-8k-brown4.json", data / "band-smollm2-screen2-8k-brown4.json"
     base = f"{s1}:maps:smollm2-s22-input-c0-band12w1024"
