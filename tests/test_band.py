@@ -807,6 +807,11 @@ def test_band_started_earlier_is_the_committed_run():
     assert (f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}", f"{row['exact_s']:.1f}",
             f"{row['ridgefill_s']:.1f}", f"{row['limit']:.2f}", f"{row['of_limit']:.2f}", row["length"]) == \
         ("1.56", "1.49", "1.64", "55.0", "36.0", "1.65", "0.87", 8191)
+    s15 = json.loads((data / "bench-server-smollm2-s15-8k.json").read_text())   # split 15, rerun the same day
+    assert (s15["split_layer"], s15["band_layers"], s15["maps"].endswith("smollm2-s15-input-c0.gguf")) == (15, 0, True)
+    row = s15["rows"][0]
+    assert (f"{row['ratio']:.2f}", f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}", f"{row['exact_s']:.1f}",
+            row["length"]) == ("1.76", "1.63", "1.80", "71.2", 8191)
     # Shakespeare: split 20 from the four-layer run on the same prompts
     sh, four, b12 = (data / f"band-smollm2-{n}-8k-shakespeare.json" for n in ("s22b18w1024", "b10w1024f10.11.14.15",
                                                                               "s22b12w1024"))
