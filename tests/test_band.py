@@ -735,6 +735,7 @@ def test_band_before_maps_from_22_is_the_committed_run():
     assert (f"{bench['ratio']:.2f}", f"{bench['ratio_min']:.2f}", f"{bench['ratio_max']:.2f}", f"{bench['exact_s']:.1f}",
             f"{bench['ridgefill_s']:.1f}", f"{bench['limit']:.2f}", bench["length"]) == \
         ("1.46", "1.43", "1.51", "55.4", "38.6", "1.49", 8191)
+    assert f"{bench['of_limit']:.2f}" == f"{(bench['ratio'] - 1) / (bench['limit'] - 1):.2f}" == "0.93"
     shape = fill_sim.bench.Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152,
                                  n_ctx_train=8192)
     table = {"band10-input-c0": "1.34 1.40 1.44", "band5-input-c0": "1.61 1.75 1.85",
