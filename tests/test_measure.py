@@ -110,6 +110,64 @@ def test_bench_plot_and_server(smollm2, maps20, tmp_path):
     assert r.returncode == 1 and "cannot reach a server" in r.stderr
 
 
+def test_rotation_puts_each_mode_in_each_place():
+    from ridgefill.bench import alternate, rotate
+    order = []
+    runs = rotate(("exact", "a", "b"), 4, lambda m: order.append(m) or len(order))
+    assert order == ["exact", "a", "b", "a", "b", "exact", "b", "exact", "a", "exact", "a", "b"]
+    assert runs == {"exact": [1, 6, 8, 10], "a": [2, 4, 9, 11], "b": [3, 5, 7, 12]}
+    order.clear()
+    alternate(3, lambda m: order.append(m))
+    assert order == [False, True, True, False, False, True]
+
+
+def test_bench_compare_maps(smollm2, maps20, maps_kv20, tmp_path):
+    """--compare-maps: exact and three fills rotated on one context; every fill is paired with the same exact runs,
+    and vs_first is the first fill's seconds over its own, per repeat."""
+    import dataclasses
+    import statistics
+
+    from ridgefill.ggufio import read_maps, write_maps
+    band = tmp_path / "band20.gguf"
+    write_maps(band, dataclasses.replace(read_maps(maps20), band_layers=10, band_window=64))
+    out, png = tmp_path / "cmp.json", tmp_path / "cmp.png"
+    r = run_cli("ridgefill", "bench", str(smollm2), "--maps", str(maps20), "--compare-maps", f"{band},{maps_kv20}",
+                "--lengths", "384", "--tail-tokens", "96", "-r", "4", "-t", T, "-fa", "on", "--json", str(out),
+                "--plot", str(png))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    first, (b, kv) = res["rows"][0], res["compare"]
+    assert res["split_layer"] == 20 and res["band_layers"] == 0 and res["maps"] == str(maps20)
+    assert (b["maps"], b["band_layers"], b["band_window"]) == (str(band), 10, 64)
+    assert kv["maps"] == str(maps_kv20) and kv["band_layers"] == 0
+    assert b["rows"][0]["limit"] > first["limit"]                  # the window skips keys at 384 tokens
+    for f in (first, b["rows"][0], kv["rows"][0]):
+        assert f["filled"] == 384 - 96 - 4 and len(f["ridgefill_runs"]) == 4
+        assert f["exact_runs"] == first["exact_runs"]               # one set of exact runs, shared
+        ratios = [e / x for e, x in zip(f["exact_runs"], f["ridgefill_runs"])]
+        assert f["ratio"] == statistics.median(ratios)
+        assert f["vs_first"] == statistics.median(
+            [a / x for a, x in zip(first["ridgefill_runs"], f["ridgefill_runs"])])
+    assert first["vs_first"] == 1.0
+    assert "vs first" in r.stdout and "band20.gguf` (split 20, band 10–19 W=64)" in r.stdout
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--server", "http://127.0.0.1:9"], "--compare-maps runs in-process"),
+    (["--guard-cost"], "not with --guard-cost"),
+    (["--band-layers", "5"], "with the band it records"),
+    (["--compare-maps", "{maps}"], "is given twice"),
+])
+def test_bench_compare_maps_bad_arguments(smollm2, maps20, maps_kv20, extra, message):
+    args = [a.format(maps=maps20) for a in extra]
+    if "--compare-maps" not in args:
+        args += ["--compare-maps", str(maps_kv20)]
+    r = run_cli("ridgefill", "bench", str(smollm2), "--maps", str(maps20), "--lengths", "384", "--tail-tokens", "96",
+                "-r", "1", *args)
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+
+
 def test_frontier_and_recommendation_by_hand():
     pts = [{"split_layer": 15, "tail_tokens": 256, "speedup": 1.6, "kl": 0.15},
            {"split_layer": 20, "tail_tokens": 256, "speedup": 1.3, "kl": 0.04},

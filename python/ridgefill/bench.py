@@ -3,7 +3,8 @@
 For each prompt length the two modes run interleaved (A/B, then B/A, ...) on the same
 prompt, so drifts of the machine hit both alike; the ratio is taken per repeat.  The
 analytic limit is the ratio of prefill FLOPs (see `flops`), what a perfect
-implementation would reach.
+implementation would reach.  With other map files of the same model (`compare`), exact and
+every fill rotate (exact, A, B; A, B, exact; ...), so two settings are compared in one run.
 
 `run_chat` measures a conversation through a server's prompt cache instead: each turn
 extends the previous prompt, so only the new part is prefilled, exactly or with RidgeFill.
@@ -99,31 +100,42 @@ class Row:
     ridgefill_runs: list[float] = field(default_factory=list)
 
 
-def alternate(repeats: int, once) -> dict[bool, list]:
-    """`once(ridgefill)` for each repeat, exact first in even repeats and RidgeFill first in odd ones; the
-    results by mode, in repeat order."""
-    out = {False: [], True: []}
+def rotate(modes: tuple, repeats: int, once) -> dict:
+    """`once(mode)` for each mode and repeat, the order rotated by one each repeat (two modes: exact/RidgeFill,
+    then RidgeFill/exact, ...), so each mode runs in each place alike; the results by mode, in repeat order."""
+    out = {m: [] for m in modes}
     for r in range(repeats):
-        for mode in ((False, True) if r % 2 == 0 else (True, False)):
+        k = r % len(modes)
+        for mode in modes[k:] + modes[:k]:
             out[mode].append(once(mode))
     return out
+
+
+def alternate(repeats: int, once) -> dict[bool, list]:
+    """`once(ridgefill)` for each repeat, exact first in even repeats and RidgeFill first in odd ones."""
+    return rotate((False, True), repeats, once)
+
+
+def row(n: int, exact: list[float], rf: list[float], limit: float, filled: int) -> Row:
+    """One length's row from the seconds of each repeat, paired by repeat (the ratio is taken per repeat)."""
+    ratios = [e / f for e, f in zip(exact, rf)]
+    ratio, t_exact, t_rf = statistics.median(ratios), statistics.median(exact), statistics.median(rf)
+    return Row(n, t_exact, t_rf, ratio, min(ratios), max(ratios), n / t_exact, n / t_rf, limit,
+               (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled, list(exact), list(rf))
 
 
 def interleaved(n: int, repeats: int, limit: float, once) -> Row:
     """Time `once(ridgefill)` -> (seconds, filled tokens) exact/RidgeFill, then RidgeFill/exact, ...; one row."""
     runs = alternate(repeats, once)
-    times = {mode: [dt for dt, _ in runs[mode]] for mode in runs}
-    filled = runs[True][-1][1]
-    ratios = [e / f for e, f in zip(times[False], times[True])]
-    ratio, t_exact, t_rf = statistics.median(ratios), statistics.median(times[False]), statistics.median(times[True])
-    return Row(n, t_exact, t_rf, ratio, min(ratios), max(ratios), n / t_exact, n / t_rf, limit,
-               (ratio - 1) / (limit - 1) if limit > 1 else float("nan"), filled, times[False], times[True])
+    return row(n, [dt for dt, _ in runs[False]], [dt for dt, _ in runs[True]], limit, runs[True][-1][1])
 
 
 def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
         threads: int | None, n_batch: int = 2048, n_ubatch: int = 512, progress=print, *, n_gpu_layers: int = 0,
         flash_attn: bool = False, band_layers: int | None = None, band_window: int | None = None,
-        band_full_layers: list[int] | None = None) -> dict:
+        band_full_layers: list[int] | None = None, compare: list[str] = ()) -> dict:
+    """Exact vs RidgeFill; with `compare` (other map files of the same model), exact and every map file rotated
+    on one context (`run_compare`)."""
     from .runtime import Llama
     shape = Shape.of(model)
     if max(lengths) > shape.n_ctx_train:
@@ -138,26 +150,68 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
     tokens = llm.tokenize(data.text("shakespeare")[: max(lengths) * 8].encode())
     if len(tokens) < max(lengths):
         raise RidgefillError("not enough text for the longest prompt")
-    rows = []
-    llm.set_ridgefill(False)
-    llm.eval(tokens[:64])                                   # warm-up
     for n in lengths:
         if tail >= n:
             raise RidgefillError(f"--tail-tokens {tail} is not shorter than the prompt ({n} tokens)")
-        def once(mode: bool) -> tuple[float, int]:
-            llm.set_ridgefill(mode)
-            llm.reset()  # a fresh prefill each time
+    return _rotated(llm, shape, [llm.maps_path, *compare], tokens, lengths, tail, sink, repeats, threads, n_batch,
+                    n_ubatch, progress)
+
+
+def _fill(llm, shape: Shape, lengths: list[int], tail: int, sink: int) -> dict:
+    """What the loaded maps fill: their file, split, band, and the FLOP limit at each length."""
+    return {"maps": llm.maps_path, "split_layer": llm.split_layer, "band_layers": llm.band[0],
+            "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers), "maps_bytes": llm.maps_bytes,
+            "limits": {n: flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind,
+                                                  llm.context_tokens, *llm.band, band_full=len(llm.band_full_layers))
+                       for n in lengths}}
+
+
+def _rotated(llm, shape: Shape, maps: list[str], tokens: list[int], lengths: list[int], tail: int, sink: int,
+             repeats: int, threads: int | None, n_batch: int, n_ubatch: int, progress=print) -> dict:
+    """Exact and each map file on the same prompt, the order rotated each repeat (exact, A; A, exact; ... and with
+    more files exact, A, B; A, B, exact; ...), on one context: a file is loaded before its run, outside the timed
+    prefill.  Each fill gets a row against exact (ratios paired by repeat); beside other files, also `vs_first`, the
+    median over repeats of the first file's seconds over its own: how much faster than the first fill it is."""
+    names = [Path(m).name for m in maps]
+    if len(set(names)) < len(names):
+        raise RidgefillError(f"--compare-maps: a map file is given twice ({', '.join(names)})")
+    fills = []
+    for path in maps:
+        if llm.maps_path != path:
+            llm.load_maps(path)
+        fills.append(_fill(llm, shape, lengths, tail, sink))
+    loaded = [len(maps) - 1]
+    llm.set_ridgefill(False)
+    llm.eval(tokens[:64])                                   # warm-up
+    rows: list[list[dict]] = [[] for _ in maps]
+    for n in lengths:
+        def once(mode: int | None) -> tuple[float, int]:
+            if mode is not None and loaded[0] != mode:
+                llm.load_maps(maps[mode])
+                loaded[0] = mode
+            llm.set_ridgefill(mode is not None)
+            llm.reset()
             t0 = time.perf_counter()
             llm.eval(tokens[:n])
             return time.perf_counter() - t0, llm.ridgefill_counts()[0]
-        limit = flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind, llm.context_tokens,
-                                        *llm.band, band_full=len(llm.band_full_layers))
-        rows.append(interleaved(n, repeats, limit, once))
-        progress(format_row(rows[-1]))
-    return {"model": str(model), "maps": llm.maps_path, "split_layer": llm.split_layer, "band_layers": llm.band[0],
-            "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers), "tail_tokens": tail,
-            "sink_tokens": sink, "repeats": repeats, "threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
-            "maps_bytes": llm.maps_bytes, "rows": [asdict(r) for r in rows]}
+        runs = rotate((None, *range(len(maps))), repeats, once)
+        exact, first = [dt for dt, _ in runs[None]], [dt for dt, _ in runs[0]]
+        for i, f in enumerate(fills):
+            secs = [dt for dt, _ in runs[i]]
+            r = row(n, exact, secs, f["limits"][n], runs[i][-1][1])
+            rows[i].append(asdict(r))
+            if len(maps) == 1:
+                progress(format_row(r))
+                continue
+            vs = [a / b for a, b in zip(first, secs)]
+            rows[i][-1].update(vs_first=statistics.median(vs), vs_first_min=min(vs), vs_first_max=max(vs))
+            progress(f"{format_row(r)} {rows[i][-1]['vs_first']:8.2f}x  {names[i]}")
+    plain = [{k: v for k, v in f.items() if k != "limits"} for f in fills]
+    out = {"model": llm.model_path, "tail_tokens": tail, "sink_tokens": sink, "repeats": repeats, "threads": threads,
+           "n_batch": n_batch, "n_ubatch": n_ubatch, **plain[0], "rows": rows[0]}
+    if len(maps) > 1:
+        out["compare"] = [{**f, "rows": rs} for f, rs in zip(plain[1:], rows[1:])]
+    return out
 
 
 def run_guard(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: int, repeats: int,
@@ -296,7 +350,28 @@ def markdown(result: dict) -> str:
                   [[r["length"], f"{r['exact_s']:.2f}", f"{r['ridgefill_s']:.2f}",
                     f"{r['ratio']:.2f}× ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})", f"{r['exact_tok_s']:.0f}",
                     f"{r['ridgefill_tok_s']:.0f}", f"{r['limit']:.2f}×", f"{100 * r['of_limit']:.0f}%", r["filled"]]
-                   for r in result["rows"]])
+                   for r in result["rows"]]) + (compare_markdown(result) if "compare" in result else "")
+
+
+def _fill_name(f: dict) -> str:
+    band = ""
+    if f["band_layers"]:
+        full = f"; {','.join(map(str, f['band_full_layers']))} unwindowed" if f["band_full_layers"] else ""
+        band = f", band {f['split_layer'] - f['band_layers']}–{f['split_layer'] - 1} W={f['band_window']}{full}"
+    return f"`{Path(f['maps']).name}` (split {f['split_layer']}{band})"
+
+
+def compare_markdown(result: dict) -> str:
+    """`run` with compare maps: every fill against exact and against the first, same runs, rotated."""
+    fills = [result, *result["compare"]]
+    return "\n\n" + _table(
+        f"Each fill against exact and against the first (`vs first`: the first fill's seconds over this one's, median "
+        f"over the {result['repeats']} rotated repeats)",
+        ["fill", "prompt", "TTFT s", "speedup (min–max)", "FLOP limit", "of limit", "vs first (min–max)"],
+        [[_fill_name(f), r["length"], f"{r['ridgefill_s']:.2f}", f"{r['ratio']:.2f}× ({r['ratio_min']:.2f}–"
+          f"{r['ratio_max']:.2f})", f"{r['limit']:.2f}×", f"{100 * r['of_limit']:.0f}%",
+          f"{r['vs_first']:.3f}× ({r['vs_first_min']:.3f}–{r['vs_first_max']:.3f})"]
+         for f in fills for r in f["rows"]])
 
 
 def _table(caption: str, header: list[str], rows: list[list]) -> str:
@@ -314,6 +389,11 @@ def plot(result: dict, path: str | Path) -> None:
     plt, fig, a, b = _ab_figure(rows, n, "prompt tokens", ("exact_s", "ridgefill_s"), "TTFT, s (median)",
                                 ("exact", f"RidgeFill (split {result['split_layer']})"), "speedup (exact / RidgeFill)")
     b.plot(n, [r["limit"] for r in rows], "k--", label="FLOP limit")
+    for f in result.get("compare", []):
+        line = b.plot(n, [r["ratio"] for r in f["rows"]], "s-", label=f"split {f['split_layer']}"
+                      + (f", band {f['band_layers']}" if f["band_layers"] else "") + f" ({Path(f['maps']).stem})")
+        b.plot(n, [r["limit"] for r in f["rows"]], "--", color=line[0].get_color(), lw=0.8)
+        a.plot(n, [r["ridgefill_s"] for r in f["rows"]], "s-", color=line[0].get_color())
     _save(plt, fig, f"{Path(result['model']).name}, tail {result['tail_tokens']}", path)
 
 

@@ -140,6 +140,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print("\n".join(bench.chat_targets(result)))
         _write(bench, result, args)
         return
+    if args.compare_maps and (args.server or args.guard_cost):
+        raise RidgefillError("--compare-maps runs in-process, exact and each map file rotated: not with "
+                             f"{'--server' if args.server else '--guard-cost'}")
+    if args.compare_maps and (args.band_layers, args.band_window, args.band_full_layers) != (None, None, None):
+        raise RidgefillError("--compare-maps times each file with the band it records: record a band in its file "
+                             "(calibrate --band-layers) instead of --band-layers/--band-window/--band-full-layers")
     if args.guard_cost:
         if args.server or not args.model:
             raise RidgefillError("--guard-cost runs in-process: give MODEL, not --server")
@@ -165,12 +171,14 @@ def cmd_bench(args: argparse.Namespace) -> None:
         tail = args.tail_tokens or 1024
         print(f"TTFT exact vs RidgeFill (the fill, guard off: see --guard-cost), interleaved, {args.repeats} repeats, "
               f"tail {tail}, sink {args.sink_tokens}")
-        print(bench.HEADER)
+        print(bench.HEADER + (f" {'vs first':>9s}  maps" if args.compare_maps else ""))
         result = bench.run(args.model, args.maps, args.lengths, tail, args.sink_tokens, args.repeats, args.threads,
                            n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn == "on",
                            band_layers=args.band_layers, band_window=args.band_window,
-                           band_full_layers=args.band_full_layers)
+                           band_full_layers=args.band_full_layers, compare=args.compare_maps)
         result.update(n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn)
+        if "compare" in result:
+            print(bench.compare_markdown(result))
     print(f"split layer {result['split_layer']}; maps take {result['maps_bytes'] / 2**20:.1f} MiB")
     _write(bench, result, args)
 
@@ -186,6 +194,11 @@ def _band_override_args(s) -> None:
     s.add_argument("--band-full-layers", type=_layer_list, default=None, metavar="L1,L2,..",
                    help="band layers that attend to every position, unwindowed ('none': window the whole band; "
                         "default: the maps' own)")
+
+
+def _names(value: str) -> list[str]:
+    """A comma-separated list (files, domains); empty items dropped."""
+    return [x for x in value.split(",") if x]
 
 
 def _layer_list(value: str) -> list[int]:
@@ -336,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="in-process: flash attention (default off, as llama-cpp-python)")
     _band_override_args(s)
+    s.add_argument("--compare-maps", type=_names, default=[], metavar="A,B",
+                   help="in-process: other map files of the same model, timed beside --maps: exact and every file "
+                        "rotated on one context, each with the band its file records")
     s.add_argument("--guard-cost", action="store_true",
                    help="in-process: exact, RidgeFill without and with the out-of-distribution guard, rotated")
     s.add_argument("--domain", default="brown", help="with --guard-cost: the corpus of the prompts (default brown)")
@@ -348,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="quality, exact vs RidgeFill on the same prompts: kl, longdep, needle, splice")
     s.add_argument("model", help="augmented GGUF (or the base model with --maps)")
     s.add_argument("--maps", help="map file (default: the maps in MODEL)")
-    s.add_argument("--compare-maps", type=lambda v: [x for x in v.split(",") if x], default=[], metavar="A,B",
+    s.add_argument("--compare-maps", type=_names, default=[], metavar="A,B",
                    help="other map files of the model, each evaluated as one more mode (maps:NAME) on the same prompts")
     s.add_argument("--guard", action="store_true",
                    help="also evaluate RidgeFill with the out-of-distribution guard (mode guard; mode ridgefill "
@@ -368,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--skip-tokens", type=int, default=0, metavar="N",
                    help="start the prompts N tokens into each text, e.g. for a second sample disjoint from a first "
                         "(default 0; the documents the maps were calibrated on are always skipped)")
-    s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["brown", "shakespeare"],
+    s.add_argument("--domains", type=_names, default=["brown", "shakespeare"],
                    help="corpora to draw prompts from (default brown,shakespeare; also python-code, spanish, "
                         "french-tech, portuguese-tech, email)")
     s.add_argument("--text", action="append", metavar="FILE", help="evaluate on your own text too (repeatable; "
@@ -393,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--calib-tokens", type=int, default=8192, help="calibration budget per split layer (default 8192)")
     s.add_argument("--corpus", default="brown", help="calibration corpus (default brown)")
     s.add_argument("--prompts", type=int, default=2, help="prompts per domain for the quality (default 2)")
-    s.add_argument("--domains", type=lambda v: [x for x in v.split(",") if x], default=["shakespeare"],
+    s.add_argument("--domains", type=_names, default=["shakespeare"],
                    help="corpora for the quality prompts (default shakespeare)")
     s.add_argument("-r", "--repeats", type=int, default=1, help="interleaved timing repeats (default 1)")
     s.add_argument("--needle", action="store_true", help="also measure needle accuracy (slow)")
