@@ -11,6 +11,8 @@
 #   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: the maps alone), interleaved
 #                                     (L=16383: another prompt length; the server's context is L + 1)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
+#   band_report.sh compare [MAPS,..]  in-process TTFT at 8K, one run: exact, split 15's maps, the band and MAPS
+#                                     rotated (R=8 repeats), each fill also timed against split 15's
 # S=22 (any command): the maps from layer S instead of 20 (the band is still layers S-B..S-1: S=22 B=12 is band
 # 10-21), files and outputs tagged s22
 # F=10,11,14,15 (any command): the band with those band layers unwindowed (band_full_layers), recorded in its own
@@ -93,5 +95,13 @@ fa)
         "${RF[@]}" bench "$FILE" --maps "$1" -fa "$2" --lengths 8192 --tail-tokens 1024 -r 2 \
             --json "$OUT/bench-$TAG-$3-8k.json"
     done ;;
-*) echo "usage: $0 calibrate|calibrate-fit|f32fit|eval8k DOMAIN|needle [LEN TAIL]|server|fa" >&2; exit 2 ;;
+compare)
+    # in-process, 8K prompt (L), 1K tail, flash attention on: exact, split 15 alone, the band and the files given
+    # (comma-separated) rotated on one context, R repeats; each fill's speed against split 15's in the same runs
+    # (RUN=name: a suffix for the output files, e.g. the build measured)
+    L=${L:-8192} out=$OUT/bench-compare-$TAG-s15-$NAME-$((${L:-8192} / 1024))k${RUN:+-$RUN}
+    "${RF[@]}" bench "$FILE" --maps "$M/$TAG-s15-input-c0.gguf" --compare-maps "$BAND${1:+,$1}" -fa on \
+        --lengths "$L" --tail-tokens 1024 -r "${R:-8}" --json "$out.json" | tee "$out.md" ;;
+*) echo "usage: $0 calibrate|calibrate-fit|f32fit|eval8k DOMAIN|needle [LEN TAIL]|server [s20]|fa|compare [MAPS,..]" >&2
+   exit 2 ;;
 esac

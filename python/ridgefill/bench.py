@@ -135,8 +135,11 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
         flash_attn: bool = False, band_layers: int | None = None, band_window: int | None = None,
         band_full_layers: list[int] | None = None, compare: list[str] = ()) -> dict:
     """Exact vs RidgeFill; with `compare` (other map files of the same model), exact and every map file rotated
-    on one context (`run_compare`)."""
+    on one context (`_rotated`), each file with the band it records."""
     from .runtime import Llama
+    if compare and (band_layers, band_window, band_full_layers) != (None, None, None):
+        raise RidgefillError("--compare-maps times each file with the band it records: record a band in its file "
+                             "(calibrate --band-layers) instead of --band-layers/--band-window/--band-full-layers")
     shape = Shape.of(model)
     if max(lengths) > shape.n_ctx_train:
         raise RidgefillError(f"length {max(lengths)} is beyond the model's context ({shape.n_ctx_train})")

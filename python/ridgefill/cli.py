@@ -143,9 +143,6 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.compare_maps and (args.server or args.guard_cost):
         raise RidgefillError("--compare-maps runs in-process, exact and each map file rotated: not with "
                              f"{'--server' if args.server else '--guard-cost'}")
-    if args.compare_maps and (args.band_layers, args.band_window, args.band_full_layers) != (None, None, None):
-        raise RidgefillError("--compare-maps times each file with the band it records: record a band in its file "
-                             "(calibrate --band-layers) instead of --band-layers/--band-window/--band-full-layers")
     if args.guard_cost:
         if args.server or not args.model:
             raise RidgefillError("--guard-cost runs in-process: give MODEL, not --server")
