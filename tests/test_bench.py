@@ -36,3 +36,30 @@ def test_smollm2_limits_match_the_issue():
     assert lim(15) == pytest.approx(1.6, abs=0.02)
     assert lim(20) == pytest.approx(1.34, abs=0.02)
     assert flops(smol, 8192, 20, tail=8192) == flops(smol, 8192)    # all tail: nothing approximate
+
+
+def test_flop_parts_split_weights_from_attention():
+    """flop_parts: (weights, attention), summing to flops; the attention part is what the key/value products cost."""
+    from ridgefill.bench import flop_parts
+    w, a = flop_parts(TOY, 3)
+    assert (w, a) == (3 * 3 * 288 + 80, 3 * 96)
+    for args in ((6,), (6, 1, 2, 1), (6, 1, 2, 1, "kv", 1), (40, 2, 8, 1, "input", 0, 1, 4)):
+        assert sum(flop_parts(TOY, *args)) == flops(TOY, *args)
+    # a band of 1 layer below split 2 with a 4-position window: only attention changes
+    w0, a0 = flop_parts(TOY, 40, 2, 8, 1)
+    w1, a1 = flop_parts(TOY, 40, 2, 8, 1, "input", 0, 1, 4)
+    assert w1 == w0 and a0 - a1 == 2 * 2 * 4 * (31 - 4) * (31 - 4 + 1) / 2
+
+
+def test_attention_cost_fit_recovers_the_rates():
+    import sys
+
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from attention_cost import fit
+
+    from ridgefill.bench import flop_parts
+    lengths = [8, 16, 32, 64]
+    secs = [2e-6 * w + 5e-6 * a for w, a in (flop_parts(TOY, n) for n in lengths)]
+    cw, ca = fit(TOY, lengths, secs)
+    assert cw == pytest.approx(2e-6) and ca == pytest.approx(5e-6)

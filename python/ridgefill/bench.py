@@ -61,26 +61,35 @@ def flops(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink:
     token at position p attends to the sink keys and its band_window latest ones instead of all p+1, except in
     band_full of them (unwindowed), which attend to all p+1 as exact layers do.
     """
+    return sum(flop_parts(s, n, split_layer, tail, sink, map_kind, context_tokens, band_layers, band_window,
+                          band_full))
+
+
+def flop_parts(s: Shape, n: int, split_layer: int | None = None, tail: int = 0, sink: int = 0,
+               map_kind: str = "input", context_tokens: int = 0, band_layers: int = 0, band_window: int = 0,
+               band_full: int = 0) -> tuple[float, float]:
+    """`flops` in two parts: (weights, attention) — the matrix products with weights (projections, FFN, maps,
+    output head) and attention's products with keys and values, which a CPU may run at another rate."""
     d_q, d_kv = s.n_head * s.head_dim, s.n_kv * s.head_dim
     proj = 2 * (s.d * d_q + 2 * s.d * d_kv + d_q * s.d + 3 * s.d * s.d_ff)
     attn_sum = lambda a, b: 2 * 2 * d_q * (b * (b + 1) - a * (a + 1)) / 2  # noqa: E731  Σ_{p=a}^{b-1} (p+1) keys
     n_approx = max(0, n - tail - sink) if split_layer is not None else 0
-    total = 2 * s.d * s.n_vocab
-    total += s.n_layer * (n * proj + attn_sum(0, n))
+    weights = 2 * s.d * s.n_vocab + s.n_layer * n * proj
+    attn = s.n_layer * attn_sum(0, n)
     if n_approx:
         late = s.n_layer - split_layer
-        saved = late * (n_approx * proj + attn_sum(sink, sink + n_approx))
         d_f = (1 + context_tokens) * s.d
         kv_proj = 2 * 2 * s.d * d_kv
         if map_kind == "kv":
             per_token = kv_proj + (late - 1) * 2 * d_f * 2 * d_kv
         else:
             per_token = late * kv_proj + (late - 1) * 2 * d_f * s.d
-        total += n_approx * per_token - saved
+        weights += n_approx * (per_token - late * proj)
+        attn -= late * attn_sum(sink, sink + n_approx)
         if band_layers and band_window:     # the j-th filled token skips max(0, j - band_window) keys
             m = max(0, n_approx - band_window)
-            total -= (band_layers - band_full) * 2 * 2 * d_q * m * (m + 1) / 2
-    return float(total)
+            attn -= (band_layers - band_full) * 2 * 2 * d_q * m * (m + 1) / 2
+    return float(weights), float(attn)
 
 
 @dataclass
@@ -162,7 +171,8 @@ def run(model: str, maps_path: str | None, lengths: list[int], tail: int, sink: 
 
 def _fill(llm, shape: Shape, lengths: list[int], tail: int, sink: int) -> dict:
     """What the loaded maps fill: their file, split, band, and the FLOP limit at each length."""
-    return {"maps": llm.maps_path, "split_layer": llm.split_layer, "band_layers": llm.band[0],
+    return {"maps": llm.maps_path, "split_layer": llm.split_layer, "map_kind": llm.map_kind,
+            "context_tokens": llm.context_tokens, "band_layers": llm.band[0],
             "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers), "maps_bytes": llm.maps_bytes,
             "limits": {n: flops(shape, n) / flops(shape, n, llm.split_layer, tail, sink, llm.map_kind,
                                                   llm.context_tokens, *llm.band, band_full=len(llm.band_full_layers))
