@@ -921,3 +921,15 @@ def test_band_started_earlier_on_code_and_beside_split_15_is_the_committed_run()
     assert "| 8192 | 61.23 | 61.13 |" in out and "| 1024 | 3.89 | 3.44 |" in out
     assert "| smollm2-s22-input-c0-band18w1024.gguf | 8192 | 1.73× | 1.82× | 89% | 1.91× | 81% |" in out
     assert "| smollm2-s15-input-c0.gguf | 8192 | 1.84× | 1.73× | 116% | 1.74× | 114% |" in out
+    # the fourth run: the band's machinery (a window wider than the prompt) against split 22 alone, and the window
+    res = json.loads((data / "bench-compare-smollm2-s22-band-overhead-8k.json").read_text())
+    wide, w1024 = (f["rows"][0] for f in res["compare"])
+    assert [f["band_window"] for f in res["compare"]] == [100000, 1024] and res["band_layers"] == 0
+    assert (f"{res['rows'][0]['exact_s']:.2f}", f"{res['rows'][0]['ratio']:.2f}", f"{res['rows'][0]['limit']:.2f}") == \
+        ("56.57", "1.22", "1.25")
+    assert (f"{wide['vs_first']:.3f}", f"{wide['vs_first_min']:.3f}", f"{wide['vs_first_max']:.3f}") == \
+        ("0.994", "0.964", "1.025")
+    assert (f"{w1024['vs_first']:.3f}", f"{w1024['vs_first_min']:.3f}", f"{w1024['vs_first_max']:.3f}") == \
+        ("1.173", "1.135", "1.273")
+    promised = w1024["limit"] / res["rows"][0]["limit"]
+    assert f"{promised:.2f}" == "1.32" and f"{100 * (w1024['vs_first'] - 1) / (promised - 1):.0f}" == "54"
