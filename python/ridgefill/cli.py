@@ -125,6 +125,9 @@ def _write(module, result: dict, args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from . import bench
     from .modelfile import check_gguf
+    if args.compare_maps and (args.server or args.guard_cost):
+        raise RidgefillError("--compare-maps runs in-process, exact and each map file rotated: not with "
+                             f"{'--server' if args.server else '--guard-cost'}")
     if args.chat is not None:
         if not args.server:
             raise RidgefillError("--chat measures through a server: give --server URL")
@@ -140,9 +143,6 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print("\n".join(bench.chat_targets(result)))
         _write(bench, result, args)
         return
-    if args.compare_maps and (args.server or args.guard_cost):
-        raise RidgefillError("--compare-maps runs in-process, exact and each map file rotated: not with "
-                             f"{'--server' if args.server else '--guard-cost'}")
     if args.guard_cost:
         if args.server or not args.model:
             raise RidgefillError("--guard-cost runs in-process: give MODEL, not --server")
