@@ -933,3 +933,20 @@ def test_band_started_earlier_on_code_and_beside_split_15_is_the_committed_run()
         ("1.173", "1.135", "1.273")
     promised = w1024["limit"] / res["rows"][0]["limit"]
     assert f"{promised:.2f}" == "1.32" and f"{100 * (w1024['vs_first'] - 1) / (promised - 1):.0f}" == "54"
+    # the fifth run: W = 1024 and W = 128 against split 22 alone, the same share of the step, seconds per skipped TFLOP
+    res = json.loads((data / "bench-compare-smollm2-s22-band-window-8k.json").read_text())
+    s22, (w1024, w128) = res["rows"][0], (f["rows"][0] for f in res["compare"])
+    assert [f["band_window"] for f in res["compare"]] == [1024, 128]
+    assert (f"{s22['exact_s']:.2f}", f"{s22['ratio']:.2f}") == ("55.75", "1.29")
+    shape = fill_sim.bench.Shape.of(res["model"])
+    full_attn = fill_sim.bench.flop_parts(shape, 8192, 22, 1024, 4)[1]
+    got = []
+    for w, window in ((w1024, 1024), (w128, 128)):
+        promised = w["limit"] / s22["limit"]
+        skipped = full_attn - fill_sim.bench.flop_parts(shape, 8192, 22, 1024, 4, "input", 0, 18, window)[1]
+        saved = s22["ridgefill_s"] - w["ridgefill_s"]
+        got.append((f"{w['limit']:.2f}", f"{w['vs_first']:.3f}", f"{w['vs_first_min']:.3f}", f"{w['vs_first_max']:.3f}",
+                    f"{promised:.3f}", f"{100 * (w['vs_first'] - 1) / (promised - 1):.0f}", f"{skipped / 1e12:.2f}",
+                    f"{saved:.2f}", f"{saved / skipped * 1e12:.1f}"))
+    assert got == [("1.65", "1.197", "1.141", "1.247", "1.318", "62", "0.78", "7.17", "9.2"),
+                   ("1.84", "1.287", "1.234", "1.390", "1.464", "62", "1.03", "9.65", "9.4")]
