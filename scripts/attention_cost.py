@@ -7,7 +7,7 @@ c_w·W(n) + c_a·A(n), with W and A the FLOP model's two parts (`bench.flop_part
 with n, and attention, which grows with n²).  With c_a/c_w known, each fill of the run (`--maps`, `--compare-maps`)
 gets a *cost-weighted limit*, (c_w·W + c_a·A) of exact over the same of the fill, beside the FLOP limit and the
 measured ratio.  A fill that saves mostly attention (a windowed band) is worth less than its FLOPs when c_a < c_w.
-Used for docs/maps.md, "Why the band reaches less of its FLOP limit".
+Used for docs/maps.md, "Band 4–21 against split 15 in one run, and why the band reaches less of its FLOP limit".
 """
 import argparse
 import json

@@ -99,7 +99,8 @@ compare)
     # in-process, 8K prompt (L), 1K tail, flash attention on: exact, split 15 alone, the band and the files given
     # (comma-separated) rotated on one context, R repeats; each fill's speed against split 15's in the same runs
     # (RUN=name: a suffix for the output files, e.g. the build measured)
-    L=${L:-8192} out=$OUT/bench-compare-$TAG-s15-$NAME-$((${L:-8192} / 1024))k${RUN:+-$RUN}
+    L=${L:-8192}
+    out=$OUT/bench-compare-$TAG-s15-$NAME-$((L / 1024))k${RUN:+-$RUN}
     "${RF[@]}" bench "$FILE" --maps "$M/$TAG-s15-input-c0.gguf" --compare-maps "$BAND${1:+,$1}" -fa on \
         --lengths "$L" --tail-tokens 1024 -r "${R:-8}" --json "$out.json" | tee "$out.md" ;;
 *) echo "usage: $0 calibrate|calibrate-fit|f32fit|eval8k DOMAIN|needle [LEN TAIL]|server [s20]|fa|compare [MAPS,..]" >&2

@@ -94,7 +94,7 @@ def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
 def test_band_with_flash_attention_is_the_band_without(smollm2, maps20, prose_tokens):
     """Flash attention, the path on which the band saves time (the CPU's tiled kernel, for ubatches of 64 rows or
     more, skips the tiles the window masks whole), moves the band's logits no more than it moves exact ones (its
-    arithmetic differs from the path without it: KL about 0.0025 here, for exact prefill as well), far less than the
+    arithmetic differs from the path without it: KL about 0.002 here, for exact prefill as well), far less than the
     band moves them; a tile skipped with a position the window keeps would move them by the window's own effect."""
     import warnings
     toks = prose_tokens[:1100]
@@ -109,7 +109,7 @@ def test_band_with_flash_attention_is_the_band_without(smollm2, maps20, prose_to
     kernel = _kl(out[False, "exact"], out[True, "exact"])
     effect = _kl(out[True, "exact"], out[True, "band"])
     moved = _kl(out[False, "band"], out[True, "band"])
-    assert 0 < kernel < 0.01 and effect > 10 * moved
+    assert 0.001 < kernel < 0.004 and effect > 10 * moved
     assert moved < 1.5 * kernel
 
 
