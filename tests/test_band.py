@@ -950,3 +950,52 @@ def test_band_started_earlier_on_code_and_beside_split_15_is_the_committed_run()
                     f"{saved:.2f}", f"{saved / skipped * 1e12:.1f}"))
     assert got == [("1.65", "1.197", "1.141", "1.247", "1.318", "62", "0.78", "7.17", "9.2"),
                    ("1.84", "1.287", "1.234", "1.390", "1.464", "62", "1.03", "9.65", "9.4")]
+
+
+def test_what_a_skipped_key_costs_is_the_committed_profile():
+    """docs/maps.md ("What a skipped key costs"): run 4's command again gives band 4-21 at 1.318x split 22 alone, the
+    step its FLOPs promise; scripts/attention_profile.py's profile puts every mode's attention time within -13% to +6%
+    of its tile count at exact's rate (rho 1.05-1.28, exact 1.21), the cost model puts band 4-21 at 1.04x split 15's
+    speed and band 10-21 at 0.935x; a fourth run beside split 15 (6 repeats) gives 0.972x (0.899-1.037), 2 of 6 above."""
+    import json
+    import subprocess
+    data = ROOT / "docs" / "data"
+    res = json.loads((data / "bench-compare-smollm2-s22-band-rerun-8k.json").read_text())
+    (band,) = res["compare"]
+    s22, b = res["rows"][0], band["rows"][0]
+    assert (res["split_layer"], res["band_layers"], band["band_layers"], band["band_window"], res["repeats"]) == \
+        (22, 0, 18, 1024, 4)
+    assert (f"{s22['exact_s']:.2f}", f"{s22['ratio']:.2f}") == ("61.67", "1.23")
+    assert (f"{b['vs_first']:.3f}", f"{b['vs_first_min']:.3f}", f"{b['vs_first_max']:.3f}",
+            f"{b['limit'] / s22['limit']:.3f}") == ("1.318", "1.259", "1.422", "1.318")
+    prof = json.loads((data / "profile-smollm2-8k.json").read_text())
+    rows = {r["maps"].rsplit("/", 1)[-1]: r for r in prof["rows"]}
+    assert (prof["length"], prof["tail_tokens"], prof["sink_tokens"]) == (8192, 1024, 4)
+    rho = {k: f"{r['rho']:.2f}" for k, r in rows.items()}
+    assert rho == {"exact": "1.21", "smollm2-s22-input-c0.gguf": "1.21", "smollm2-s22-input-c0-band18w1024.gguf": "1.05",
+                   "smollm2-s22-input-c0-band18w128.gguf": "1.28", "smollm2-s15-input-c0.gguf": "1.15",
+                   "smollm2-s22-input-c0-band12w1024.gguf": "1.11"}
+    ex = rows["exact"]
+    rel = [(r["share"]["attention"] / r["share"]["weights"] * r["weight_flops"]) /
+           (ex["share"]["attention"] / ex["share"]["weights"] * ex["weight_flops"]) /
+           (r["tile_attention_flops"] / ex["tile_attention_flops"]) for r in rows.values()]
+    assert f"{min(rel) - 1:+.2f}" == "-0.13" and f"{max(rel) - 1:+.2f}" == "+0.06"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "attention_profile.py"),
+                          str(data / "profile-smollm2-8k.json"), "--table"], check=True, capture_output=True,
+                         text=True).stdout
+    assert out in (data / "profile-smollm2-8k.md").read_text()
+    assert "| smollm2-s22-input-c0-band18w1024.gguf | 33.97 | 0.836 | 1.06 / 1.11 | 0.474 | 0.412 | 1.05 | 1.671× |" in out
+    assert "| smollm2-s15-input-c0.gguf | 45.80 | 1.517 | 1.43 / 1.45 | 0.619 | 0.587 | 1.15 | 1.607× |" in out
+    cost = {k: r["weight_flops"] + ex["rho"] * r["tile_attention_flops"] for k, r in rows.items()}
+    s15 = cost["smollm2-s15-input-c0.gguf"]
+    assert (f"{s15 / cost['smollm2-s22-input-c0-band18w1024.gguf']:.2f}",
+            f"{s15 / cost['smollm2-s22-input-c0-band12w1024.gguf']:.3f}") == ("1.04", "0.935")
+    # the fourth in-process run beside split 15
+    res = json.loads((data / "bench-compare-smollm2-s15-s22b18w1024-8k-r6.json").read_text())
+    r = res["compare"][0]["rows"][0]
+    assert (res["split_layer"], res["repeats"], res["compare"][0]["band_layers"]) == (15, 6, 18)
+    vs = [a / c for a, c in zip(res["rows"][0]["ridgefill_runs"], r["ridgefill_runs"])]
+    assert (f"{r['vs_first']:.3f}", f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs)) \
+        == ("0.972", "0.899", "1.037", 2)
+    ex_runs = res["rows"][0]["exact_runs"]
+    assert (f"{min(ex_runs):.1f}", f"{max(ex_runs):.1f}", f"{res['rows'][0]['exact_s']:.2f}") == ("59.0", "73.1", "64.72")

@@ -63,3 +63,38 @@ def test_attention_cost_fit_recovers_the_rates():
     secs = [2e-6 * w + 5e-6 * a for w, a in (flop_parts(TOY, n) for n in lengths)]
     cw, ca = fit(TOY, lengths, secs)
     assert cw == pytest.approx(2e-6) and ca == pytest.approx(5e-6)
+
+
+def test_tile_attention_counts_what_the_tiled_kernel_computes():
+    """attention_profile.tile_attention: whole 64 x 64 tiles, the causal diagonal and a window's edges included."""
+    import sys
+
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from attention_profile import tile_attention, tiles, ubatches
+
+    from ridgefill.bench import flop_parts
+    # causal: the tiles up to the row tile's last position; a window: its span plus the sink's tile
+    assert tiles(0, 63) == 1 and tiles(64, 127) == 2 and tiles(4096, 4159) == 65
+    assert tiles(4096, 4159, window=1024, sink=4) == (4159 // 64 - 3073 // 64 + 1) + 1 == 18
+    assert tiles(4096, 4159, window=1024, sink=0) == 17 and tiles(100, 163, window=1024, sink=4) == 3
+    # the runtime's split: batches of 2048, cut where the path changes, ubatches of <= 512
+    ub = ubatches(8192, (4, 7168))
+    assert ub[:3] == [(0, 4, False), (4, 512, True), (516, 512, True)] and ub[4] == (1540, 508, True)
+    assert sum(r for _, r, f in ub if f) == 7164 and sum(r for _, r, f in ub if not f) == 1028
+    assert sum(r for _, r, _ in ubatches(8192, None)) == 8192
+    # on SmolLM2's shape, exact: the tiles' attention is the FLOP model's plus the diagonal tiles' halves
+    smol = Shape(n_layer=30, d=576, n_head=9, n_kv=3, head_dim=64, d_ff=1536, n_vocab=49152, n_ctx_train=8192)
+    t_exact, a_exact = tile_attention(smol, 8192, None, 1024, 4), flop_parts(smol, 8192)[1]
+    assert t_exact == pytest.approx(a_exact * (1 + 32 / 4096), rel=2e-3)
+    band = {"split_layer": 22, "band_layers": 18, "band_window": 1024, "band_full_layers": []}
+    plain = {**band, "band_layers": 0, "band_window": 0}
+    t_band, t_plain = tile_attention(smol, 8192, band, 1024, 4), tile_attention(smol, 8192, plain, 1024, 4)
+    a_band = flop_parts(smol, 8192, 22, 1024, 4, "input", 0, 18, 1024)[1]
+    # the window computes 18 tiles of 64 for a row's 1028 keys: above the FLOP model's count, below the full rows'
+    assert a_band < t_band < t_plain and t_band / a_band == pytest.approx(1.04, abs=0.01)
+    b128 = {**band, "band_window": 128}
+    assert tile_attention(smol, 8192, b128, 1024, 4) / flop_parts(smol, 8192, 22, 1024, 4, "input", 0, 18, 128)[1] \
+        == pytest.approx(1.06, abs=0.01)
+    # an unwindowed band layer attends like an exact one
+    assert tile_attention(smol, 8192, {**band, "band_full_layers": list(range(4, 22))}, 1024, 4) == t_plain
