@@ -1,5 +1,6 @@
 """scripts/prepare_upstream.py: the pin is verified and a patch that does not apply stops with its name."""
 import os
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,18 @@ def test_series_applies_and_reapplying_rewrites_nothing(tmp_path):
     assert (dest / "vendor/llama.cpp/src/llama.cpp").read_text().count("llama_ridgefill_version") == 1
     r = prepare(dest, ROOT / "ggml-patches")
     assert r.returncode == 0 and "files rewritten" not in r.stdout   # same series: nothing to do
+
+
+    # docs/maps.md ("What a skipped key costs"): CUDA's sparse flash attention, the one path that would skip the
+    # positions before a band's window, is built for head sizes 256/512/576 with 8 or 16 query heads per KV head only,
+    # and used from 4096 keys and twice the gathered count on
+    cuda = dest / "vendor/llama.cpp/ggml/src/ggml-cuda"
+    mma = (cuda / "fattn-mma-f16.cuh").read_text()
+    start = mma.index("ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(")
+    combos = mma[start:mma.index("}", start)]
+    assert sorted(set(re.findall(r"DKQ == (\d+) && DV == (\d+) && ncols1 == \d+ && ncols2 == (\d+)", combos))) == \
+        [("256", "256", "8"), ("512", "512", "8"), ("576", "512", "16")]
+    assert "K->ne[1] >= std::max<int64_t>(4096, 2*n_gather)" in (cuda / "fattn.cu").read_text()
 
 
 def test_a_patch_that_does_not_apply_stops_with_its_name(tmp_path):
