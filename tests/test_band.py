@@ -228,9 +228,10 @@ def test_band_without_flash_attention_warns(smollm2, maps20, capfd):
             assert ("saves nothing over split layer 20 alone" in s.log()) == warned
 
 
-@pytest.mark.parametrize("split, band", [(20, 10), (22, 12), (22, 18)])
+@pytest.mark.parametrize("split, band", [(20, 10), (22, 12), (22, 18), (24, 22)])
 def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path, split, band):
-    """`ridgefill calibrate -s 20 --band-layers 10`, `-s 22 --band-layers 12` and `-s 22 --band-layers 18` (README)
+    """`ridgefill calibrate -s 20 --band-layers 10`, `-s 22 --band-layers 12`, `-s 22 --band-layers 18` and `-s 24
+    --band-layers 22` (README)
     write the band with the default window of 1024 positions."""
     out = tmp_path / "band.gguf"
     r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", str(split), "-n", "1024", "-c", "512", "--band-layers",
@@ -999,3 +1000,64 @@ def test_what_a_skipped_key_costs_is_the_committed_profile():
         == ("0.972", "0.899", "1.037", 2)
     ex_runs = res["rows"][0]["exact_runs"]
     assert (f"{min(ex_runs):.1f}", f"{max(ex_runs):.1f}", f"{res['rows'][0]['exact_s']:.2f}") == ("59.0", "73.1", "64.72")
+
+
+def test_maps_from_24_behind_a_band_from_4_or_2_on_code_is_the_committed_run():
+    """docs/maps.md ("Maps from layer 24 behind a band started at layer 4 or 2"): on code, band 4-23 and band 2-23
+    (W = 1024, maps from 24) are 0.70x and 0.68x split 20's KL (1 of 16 prompts above: prompt 7), 0.72x and 0.71x band
+    10-21's, key tokens +0.129 and +0.118; their cost-model speeds against split 15 are 0.993x and 1.03x."""
+    import json
+    data = ROOT / "docs" / "data"
+    p = data / "band-smollm2-b10w1024f10.11.14.15-8k-python-code.json"
+    n = data / "band-smollm2-s24b20w1024-8k-python-code.json"
+    b12 = data / "band-smollm2-s22b12w1024-8k-python-code.json"
+    b22 = "maps:smollm2-s24-input-c0-band22w1024"
+    for mode, vs20, span, vs12 in (("ridgefill", "0.70 [0.56, 0.92]", "0.42–2.46", "0.72 [0.59, 0.92]"),
+                                   (b22, "0.68 [0.56, 0.89]", "0.41–2.33", "0.71 [0.59, 0.89]")):
+        assert f"| {vs20} | {span} | 1/16 |" in kl_ratio_row(f"{p}:maps:smollm2-s20-input-c0", f"{n}:{mode}",
+                                                              "python-code", digits=2)
+        assert f"| {vs12} |" in kl_ratio_row(f"{b12}:ridgefill", f"{n}:{mode}", "python-code", digits=2)
+    res = json.loads(n.read_text())
+    assert (res["split_layer"], res["band"]) == (24, [20, 1024])
+    cell = res["domains"]["python-code"]["tail@8192"]
+    ref = json.loads(p.read_text())["domains"]["python-code"]["tail@8192"]
+    assert f"{cell['nll_exact'][0]:.4f}" == f"{ref['nll_exact'][0]:.4f}" == "1.5489"
+    got = [(f"{m['kl'][0]:.4f}", f"{m['top1'][0]:.3f}", f"{m['nll_key_diff'][0]:.3f}")
+           for m in (cell["modes"]["ridgefill"], cell["modes"][b22])]
+    assert got == [("0.0276", "0.943", "0.129"), ("0.0271", "0.943", "0.118")]
+    s20 = np.array(ref["modes"]["maps:smollm2-s20-input-c0"]["kl_prompts"])
+    a = np.array(cell["modes"]["ridgefill"]["kl_prompts"])
+    keep = np.arange(16) != 7
+    assert int(np.argmax(a / s20)) == 7 and f"{a[7]:.4f}" == "0.0696" and f"{a[keep].sum() / s20[keep].sum():.2f}" == "0.61"
+    # the cost model of the profile (weights + exact's rho x tile-counted attention), against split 15
+    from attention_profile import tile_attention
+    prof = json.loads((data / "profile-smollm2-8k.json").read_text())
+    rho = prof["rows"][0]["rho"]
+    shape = fill_sim.bench.Shape.of(res["model"])
+
+    def cost(split, band):
+        fill = {"split_layer": split, "band_layers": band, "band_window": 1024 if band else 0, "band_full_layers": []}
+        w = fill_sim.bench.flop_parts(shape, 8192, split, 1024, 4, "input", 0, band, fill["band_window"])[0]
+        return w + rho * tile_attention(shape, 8192, fill, 1024, 4)
+    assert [f"{cost(15, 0) / cost(24, b):.3f}" for b in (20, 22)] == ["0.993", "1.030"]
+
+
+def test_maps_from_24_beside_split_15_is_the_committed_run():
+    """docs/maps.md ("Maps from layer 24 behind a band started at layer 4 or 2"): in one process at 8K, band 2-23 runs
+    at 0.938x (0.922-1.020) split 15's speed, above it in 1 of 4 repeats, and band 4-23 at 0.891x (0.848-0.904),
+    9-10% below the cost model's 1.03x and 0.993x; exact 56.19 s, split 15 1.66x."""
+    import json
+    res = json.loads((ROOT / "docs" / "data" / "bench-compare-smollm2-s15-s24b22b20w1024-8k.json").read_text())
+    assert (res["split_layer"], res["repeats"], res["tail_tokens"], res["flash_attn"]) == (15, 4, 1024, "on")
+    s15 = res["rows"][0]
+    assert (f"{s15['exact_s']:.2f}", f"{s15['ratio']:.2f}", f"{s15['ratio_min']:.2f}", f"{s15['ratio_max']:.2f}") == \
+        ("56.19", "1.66", "1.59", "1.74")
+    got = []
+    for f, cost in zip(res["compare"], (1.030, 0.993)):
+        r = f["rows"][0]
+        vs = [a / b for a, b in zip(s15["ridgefill_runs"], r["ridgefill_runs"])]
+        got.append((f["split_layer"], f["band_layers"], f["band_window"], f"{r['ratio']:.2f}", f"{r['vs_first']:.3f}",
+                    f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs),
+                    f"{100 * (1 - r['vs_first'] / cost):.0f}"))
+    assert got == [(24, 22, 1024, "1.59", "0.938", "0.922", "1.020", 1, "9"),
+                   (24, 20, 1024, "1.46", "0.891", "0.848", "0.904", 0, "10")]
