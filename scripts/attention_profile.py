@@ -2,6 +2,7 @@
 
     python scripts/attention_profile.py MODEL --maps A.gguf,B.gguf [--length 8192] [--tail-tokens 1024] [-r 2]
         [--json OUT.json]
+    python scripts/attention_profile.py MODEL --rotate --maps A.gguf,B.gguf [-r 3] [--json OUT.json]
     python scripts/attention_profile.py OUT.json --table
 
 Each mode (exact, then each map file with the band it records) runs in its own process under `perf record`
@@ -13,8 +14,12 @@ products with weights (`bench.flop_parts`) and attention counted the way the til
 the two groups' samples over the ratio of the two works, rho, is what a computed attention FLOP costs against a
 weight FLOP in that run: if it is the same for every mode, the kernel's time follows the tiles it computes and a
 key it skips costs nothing.  A ratio within one run is immune to the machine's speed changing between runs, which
-wall-clock ratios of single runs are not.  Needs perf and the unstripped libggml-cpu.so of the build
-(build/*/bin/).  Used for docs/maps.md, "What a skipped key costs".
+wall-clock ratios of single runs are not.  With --rotate every mode runs in one process instead, rotated as
+`ridgefill bench --compare-maps` rotates them, and each run's samples (taken between its start and end on
+CLOCK_MONOTONIC) give the seconds it spent in each group: the medians per mode, and each group's seconds per TFLOP
+of its work, say which part of the time one setting loses against another in the same run.  Needs perf and the
+unstripped libggml-cpu.so of the build (build/*/bin/).  Used for docs/maps.md, "What a skipped key costs" and
+"Where the bands' time goes, in one process".
 """
 import argparse
 import bisect
@@ -89,9 +94,10 @@ def symbols(lib: Path) -> tuple[list[int], list[str]]:
     return [s for s, _ in syms], [n for _, n in syms]
 
 
-def groups(data: Path, syms: tuple[list[int], list[str]]) -> dict[str, float]:
-    """Percent of the samples in each group."""
-    rep = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio"],
+def groups(data: Path, syms: tuple[list[int], list[str]], window: tuple[float, float] | None = None) -> dict[str, float]:
+    """Percent of the samples in each group (of those between two CLOCK_MONOTONIC times, with `window`)."""
+    when = ["--time", f"{window[0]:.6f},{window[1]:.6f}"] if window else []
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio", *when],
                          capture_output=True, text=True, check=True).stdout
     out = {"attention": 0.0, "weights": 0.0, "other": 0.0}
     for line in rep.splitlines():
@@ -123,6 +129,85 @@ def child(model: str, maps: str, n: int, tail: int, sink: int, repeats: int, exa
                                          "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers),
                                          "map_kind": llm.map_kind, "context_tokens": llm.context_tokens}
     print("RESULT " + json.dumps({"seconds": secs, "fill": fill}), flush=True)
+
+
+def child_rotated(model: str, files: list[str], n: int, tail: int, sink: int, repeats: int) -> None:
+    """Exact and every map file on one context, rotated as `ridgefill bench --compare-maps` rotates them; each run's
+    window is printed on CLOCK_MONOTONIC, the clock `perf record -k CLOCK_MONOTONIC` stamps its samples with."""
+    from ridgefill import data
+    from ridgefill.bench import rotate
+    from ridgefill.runtime import Llama
+    llm = Llama(model, maps_path=files[0], tail_tokens=tail, sink_tokens=sink, n_ctx=n, n_batch=N_BATCH,
+                n_ubatch=N_UBATCH, verbose=False, flash_attn=True, guard=False)
+    tokens = llm.tokenize(data.text("shakespeare")[: n * 8].encode())[:n]
+    fills = {}
+    for f in files:
+        llm.load_maps(f)
+        fills[f] = {"split_layer": llm.split_layer, "band_layers": llm.band[0], "band_window": llm.band[1],
+                    "band_full_layers": list(llm.band_full_layers), "map_kind": llm.map_kind,
+                    "context_tokens": llm.context_tokens}
+    loaded = [files[-1]]
+    llm.set_ridgefill(False)
+    llm.eval(tokens[:64])
+
+    def once(mode: str) -> None:
+        if mode != "exact" and loaded[0] != mode:
+            llm.load_maps(mode)
+            loaded[0] = mode
+        llm.set_ridgefill(mode != "exact")
+        llm.reset()
+        t0 = time.clock_gettime(time.CLOCK_MONOTONIC)
+        llm.eval(tokens)
+        print("WINDOW " + json.dumps([mode, t0, time.clock_gettime(time.CLOCK_MONOTONIC)]), flush=True)
+    rotate(("exact", *files), repeats, once)
+    print("RESULT " + json.dumps({"fills": fills}), flush=True)
+
+
+def rotated(a, syms, shape: Shape) -> list[dict]:
+    """All modes in one process, rotated; each run's samples by group, in seconds (share of the run's samples times
+    its wall time); per mode the medians over repeats."""
+    import statistics
+    files = a.maps.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "perf.data"
+        p = subprocess.run(["perf", "record", "-k", "CLOCK_MONOTONIC", "-F", "499", "-o", str(data), "--",
+                            sys.executable, __file__, a.model, "--maps", a.maps, "--child-rotated", "--length",
+                            str(a.length), "--tail-tokens", str(a.tail_tokens), "--sink-tokens", str(a.sink_tokens),
+                            "-r", str(a.repeats)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+        lines = p.stdout.splitlines()
+        res = next((json.loads(ln[7:]) for ln in lines if ln.startswith("RESULT ")), None)
+        if p.returncode or res is None:
+            sys.exit(f"the profiled run failed:\n{p.stderr[-2000:]}")
+        runs: dict[str, list[dict]] = {}
+        for ln in lines:
+            if ln.startswith("WINDOW "):
+                mode, t0, t1 = json.loads(ln[7:])
+                share = groups(data, syms, (t0, t1))
+                runs.setdefault(mode, []).append({"seconds": t1 - t0, **{g: share[g] / 100 * (t1 - t0) for g in share}})
+    rows = []
+    for mode in ["exact", *files]:
+        fill, n = (None if mode == "exact" else res["fills"][mode]), a.length
+        w = (flop_parts(shape, n) if fill is None else
+             flop_parts(shape, n, fill["split_layer"], a.tail_tokens, a.sink_tokens, fill["map_kind"],
+                        fill["context_tokens"], fill["band_layers"], fill["band_window"],
+                        len(fill["band_full_layers"])))[0]
+        med = {k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]}
+        rows.append({"maps": mode, "fill": fill, "runs": runs[mode], "median": med, "weight_flops": w,
+                     "tile_attention_flops": tile_attention(shape, n, fill, a.tail_tokens, a.sink_tokens)})
+    return rows
+
+
+def rotated_table(rows: list[dict]) -> str:
+    """Markdown: per mode the median seconds of each group, and each group's seconds per TFLOP of its work."""
+    out = ["| mode | s | weights s | s / weight TFLOP | attention s | s / tile-attention TFLOP | other s |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r["median"]
+        out.append(f"| {Path(r['maps']).name} | {m['seconds']:.2f} | {m['weights']:.2f} | "
+                   f"{m['weights'] / r['weight_flops'] * 1e12:.2f} | {m['attention']:.2f} | "
+                   f"{m['attention'] / r['tile_attention_flops'] * 1e12:.2f} | {m['other']:.2f} |")
+    return "\n".join(out)
 
 
 def table(rows: list[dict]) -> str:
@@ -157,10 +242,16 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-exact", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-rotated", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rotate", action="store_true",
+                    help="run every mode in one process, rotated as `ridgefill bench --compare-maps` does")
     ap.add_argument("--table", action="store_true", help="print the table of a JSON this script wrote (MODEL)")
     a = ap.parse_args()
+    if a.child_rotated:
+        return child_rotated(a.model, a.maps.split(","), a.length, a.tail_tokens, a.sink_tokens, a.repeats)
     if a.table:
-        return print(table(json.loads(Path(a.model).read_text())["rows"]))
+        res = json.loads(Path(a.model).read_text())
+        return print(rotated_table(res["rows"]) if res.get("rotated") else table(res["rows"]))
     if not a.maps:
         ap.error("--maps is required")
     if a.child:
@@ -170,6 +261,14 @@ def main() -> None:
         sys.exit("no build/*/bin/libggml-cpu.so: pass --lib")
     syms = symbols(lib)
     shape = Shape.of(a.model)
+    if a.rotate:
+        rows = rotated(a, syms, shape)
+        print(rotated_table(rows))
+        if a.json:
+            Path(a.json).write_text(json.dumps({"model": a.model, "length": a.length, "tail_tokens": a.tail_tokens,
+                                                "sink_tokens": a.sink_tokens, "repeats": a.repeats, "rotated": True,
+                                                "rows": rows}, indent=1))
+        return
     rows = []
     files = a.maps.split(",")
     for maps in ["exact", *files]:

@@ -98,3 +98,22 @@ def test_tile_attention_counts_what_the_tiled_kernel_computes():
         == pytest.approx(1.06, abs=0.01)
     # an unwindowed band layer attends like an exact one
     assert tile_attention(smol, 8192, {**band, "band_full_layers": list(range(4, 22))}, 1024, 4) == t_plain
+
+
+def test_a_windowed_row_tile_skips_44_tiles_on_average_at_8k():
+    """docs/maps.md ("What a skipped key costs"): over the filled rows of an 8K prompt (1K tail, sink 4, W = 1024, the
+    cache padded to 256 cells) a row tile skips 44 key tiles on average, up to 94, for the 17 it computes."""
+    import math
+    import sys
+
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from attention_profile import tiles, ubatches
+    skipped, computed = [], []
+    for u, rows, filled in ubatches(8192, (4, 7168)):
+        n_kv = math.ceil((u + rows) / 256) * 256
+        for q in range(0, rows, 64) if filled else ():
+            c = tiles(u + q, u + min(q + 64, rows) - 1, 1024, 4)
+            computed.append(c)
+            skipped.append(n_kv // 64 - c)
+    assert (round(sum(skipped) / len(skipped)), max(skipped), round(sum(computed) / len(computed))) == (44, 94, 17)
