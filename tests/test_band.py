@@ -1097,3 +1097,20 @@ def test_where_the_bands_time_goes_in_one_process_is_the_committed_profile():
     assert [f"{cost(s15) / cost(r):.3f}" for r in (b2, b4)] == ["1.001", "1.016"]
     assert [f"{med(s15, 'seconds') / med(r, 'seconds'):.3f}" for r in (b2, b4)] == ["0.991", "0.960"]
     assert (f"{med(b4, 'seconds'):.1f}", f"{med(ex, 'seconds'):.2f}") == ("37.9", "58.08")
+
+
+def test_the_trial_kernel_profile_is_the_committed_run():
+    """docs/maps.md ("What a skipped key costs"), docs/results.md: on the trial build (a skipped tile tested on its
+    raw mask bits), band 4-21's attention costs 3% less per computed tile than split 15's (12.57 against 13.00), band
+    2-23's 5% more (13.67); per repeat band 4-21 is +12%, +2%, -3% and 0.873x, 0.994x, 1.043x split 15's speed."""
+    import json
+    res = json.loads((ROOT / "docs" / "data" / "profile-rotated-smollm2-8k-trial.json").read_text())
+    ex, s15, b2, b4 = res["rows"]
+    assert [(r["fill"]["split_layer"], r["fill"]["band_layers"]) for r in (s15, b2, b4)] == [(15, 0), (24, 22), (22, 18)]
+    a_rate = lambda r: r["median"]["attention"] / r["tile_attention_flops"] * 1e12  # noqa: E731
+    assert [f"{a_rate(r):.2f}" for r in (s15, b2, b4)] == ["13.00", "13.67", "12.57"]
+    assert [f"{a_rate(r) / a_rate(s15) - 1:+.2f}" for r in (b2, b4)] == ["+0.05", "-0.03"]
+    per = [(x["attention"] / b4["tile_attention_flops"]) / (y["attention"] / s15["tile_attention_flops"]) - 1
+           for x, y in zip(b4["runs"], s15["runs"])]
+    assert [f"{v:+.2f}" for v in per] == ["+0.12", "+0.02", "-0.03"]
+    assert [f"{y['seconds'] / x['seconds']:.3f}" for x, y in zip(b4["runs"], s15["runs"])] == ["0.873", "0.994", "1.043"]
