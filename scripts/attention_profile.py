@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+from attention_cost import fill_parts  # noqa: E402
 from ridgefill.bench import Shape, flop_parts  # noqa: E402
 
 TILE = 64                      # GGML_FA_TILE_Q = GGML_FA_TILE_KV in the pinned ggml-cpu
@@ -112,6 +113,31 @@ def groups(data: Path, syms: tuple[list[int], list[str]], window: tuple[float, f
     return out
 
 
+def fill_of(llm) -> dict:
+    """What the loaded maps fill (split, kind, band), as `tile_attention` and `parts` read it."""
+    return {"split_layer": llm.split_layer, "band_layers": llm.band[0], "band_window": llm.band[1],
+            "band_full_layers": list(llm.band_full_layers), "map_kind": llm.map_kind,
+            "context_tokens": llm.context_tokens}
+
+
+def parts(shape: Shape, n: int, fill: dict | None, tail: int, sink: int) -> tuple[float, float]:
+    """`bench.flop_parts` of exact (fill None) or of a fill."""
+    return flop_parts(shape, n) if fill is None else fill_parts(shape, fill, n, tail, sink)
+
+
+def perf_run(a, data: Path, record: list[str], child: list[str]) -> tuple[list[str], dict]:
+    """This script as a child under `perf record` (samples to `data`): its output lines and its RESULT."""
+    p = subprocess.run(["perf", "record", *record, "-F", "499", "-o", str(data), "--", sys.executable, __file__,
+                        a.model, *child, "--length", str(a.length), "--tail-tokens", str(a.tail_tokens),
+                        "--sink-tokens", str(a.sink_tokens), "-r", str(a.repeats)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+    lines = p.stdout.splitlines()
+    res = next((json.loads(ln[7:]) for ln in lines if ln.startswith("RESULT ")), None)
+    if p.returncode or res is None:
+        sys.exit(f"the profiled run ({' '.join(child)}) failed:\n{p.stderr[-2000:]}")
+    return lines, res
+
+
 def child(model: str, maps: str, n: int, tail: int, sink: int, repeats: int, exact: bool) -> None:
     from ridgefill import data
     from ridgefill.runtime import Llama
@@ -125,10 +151,7 @@ def child(model: str, maps: str, n: int, tail: int, sink: int, repeats: int, exa
         t0 = time.perf_counter()
         llm.eval(tokens)
         secs.append(time.perf_counter() - t0)
-    fill = None if exact else {"split_layer": llm.split_layer, "band_layers": llm.band[0],
-                                         "band_window": llm.band[1], "band_full_layers": list(llm.band_full_layers),
-                                         "map_kind": llm.map_kind, "context_tokens": llm.context_tokens}
-    print("RESULT " + json.dumps({"seconds": secs, "fill": fill}), flush=True)
+    print("RESULT " + json.dumps({"seconds": secs, "fill": None if exact else fill_of(llm)}), flush=True)
 
 
 def child_rotated(model: str, files: list[str], n: int, tail: int, sink: int, repeats: int) -> None:
@@ -143,9 +166,7 @@ def child_rotated(model: str, files: list[str], n: int, tail: int, sink: int, re
     fills = {}
     for f in files:
         llm.load_maps(f)
-        fills[f] = {"split_layer": llm.split_layer, "band_layers": llm.band[0], "band_window": llm.band[1],
-                    "band_full_layers": list(llm.band_full_layers), "map_kind": llm.map_kind,
-                    "context_tokens": llm.context_tokens}
+        fills[f] = fill_of(llm)
     loaded = [files[-1]]
     llm.set_ridgefill(False)
     llm.eval(tokens[:64])
@@ -170,15 +191,7 @@ def rotated(a, syms, shape: Shape) -> list[dict]:
     files = a.maps.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "perf.data"
-        p = subprocess.run(["perf", "record", "-k", "CLOCK_MONOTONIC", "-F", "499", "-o", str(data), "--",
-                            sys.executable, __file__, a.model, "--maps", a.maps, "--child-rotated", "--length",
-                            str(a.length), "--tail-tokens", str(a.tail_tokens), "--sink-tokens", str(a.sink_tokens),
-                            "-r", str(a.repeats)],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
-        lines = p.stdout.splitlines()
-        res = next((json.loads(ln[7:]) for ln in lines if ln.startswith("RESULT ")), None)
-        if p.returncode or res is None:
-            sys.exit(f"the profiled run failed:\n{p.stderr[-2000:]}")
+        lines, res = perf_run(a, data, ["-k", "CLOCK_MONOTONIC"], ["--maps", a.maps, "--child-rotated"])
         runs: dict[str, list[dict]] = {}
         for ln in lines:
             if ln.startswith("WINDOW "):
@@ -188,10 +201,7 @@ def rotated(a, syms, shape: Shape) -> list[dict]:
     rows = []
     for mode in ["exact", *files]:
         fill, n = (None if mode == "exact" else res["fills"][mode]), a.length
-        w = (flop_parts(shape, n) if fill is None else
-             flop_parts(shape, n, fill["split_layer"], a.tail_tokens, a.sink_tokens, fill["map_kind"],
-                        fill["context_tokens"], fill["band_layers"], fill["band_window"],
-                        len(fill["band_full_layers"])))[0]
+        w = parts(shape, n, fill, a.tail_tokens, a.sink_tokens)[0]
         med = {k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]}
         rows.append({"maps": mode, "fill": fill, "runs": runs[mode], "median": med, "weight_flops": w,
                      "tile_attention_flops": tile_attention(shape, n, fill, a.tail_tokens, a.sink_tokens)})
@@ -274,20 +284,11 @@ def main() -> None:
     for maps in ["exact", *files]:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "perf.data"
-            p = subprocess.run(["perf", "record", "-F", "499", "-o", str(data), "--", sys.executable, __file__,
-                                a.model, "--maps", "-", "--child", files[0] if maps == "exact" else maps,
-                                *(["--child-exact"] if maps == "exact" else []), "--length", str(a.length), "--tail-tokens",
-                                str(a.tail_tokens), "--sink-tokens", str(a.sink_tokens), "-r", str(a.repeats)],
-                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
-            res = next((json.loads(ln[7:]) for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if p.returncode or res is None:
-                sys.exit(f"{maps}: the profiled run failed:\n{p.stderr[-2000:]}")
+            _, res = perf_run(a, data, [], ["--maps", "-", "--child", files[0] if maps == "exact" else maps,
+                                            *(["--child-exact"] if maps == "exact" else [])])
             share = groups(data, syms)
         fill, n = res["fill"], a.length
-        w, model_attn = (flop_parts(shape, n) if fill is None else
-                         flop_parts(shape, n, fill["split_layer"], a.tail_tokens, a.sink_tokens, fill["map_kind"],
-                                    fill["context_tokens"], fill["band_layers"], fill["band_window"],
-                                    len(fill["band_full_layers"])))
+        w, model_attn = parts(shape, n, fill, a.tail_tokens, a.sink_tokens)
         t_attn = tile_attention(shape, n, fill, a.tail_tokens, a.sink_tokens)
         rho = (share["attention"] / share["weights"]) / (t_attn / w)
         rows.append({"maps": maps, "fill": fill, "seconds": res["seconds"], "share": share, "weight_flops": w,
