@@ -36,11 +36,13 @@ def test_series_applies_and_reapplying_rewrites_nothing(tmp_path):
     # the dense CUDA path scans the mask only for the last position worth computing (KV_max), never for a first one
     common = (cuda / "fattn-common.cuh").read_text()
     assert "flash_attn_mask_to_KV_max" in common and "KV_min" not in common
-    # the tiled CPU kernel converts a key tile's mask to F32, value by value, before it decides to skip the tile
+    # the tiled CPU kernel converts a key tile's mask to F32, value by value, before it decides to skip the tile;
+    # patch 0018 tests the tile's F16 bits before that (tests/test_cpu_fa_skip.py: the output is unchanged)
     ops = (dest / "vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp").read_text()
     tiled = ops[ops.index("static void ggml_compute_forward_flash_attn_ext_tiled("):]
+    bits = tiled.index("not_inf |= (uint16_t) (mb_row[tk] ^ 0xFC00);")
     convert = tiled.index("mask32[tq * KV_TILE_SZ + tk] = slope * GGML_CPU_FP16_TO_FP32(mp_row[ic + tk]);")
-    assert convert < tiled.index("if (can_skip) {")
+    assert bits < tiled.index("if (all_inf) {") < convert < tiled.index("if (can_skip) {")
 
 
 def test_a_patch_that_does_not_apply_stops_with_its_name(tmp_path):

@@ -1,0 +1,83 @@
+"""ggml-patches/0018: the tiled CPU flash attention skips a key tile on its F16 bits when the whole tile is -inf,
+and the output is what computing the tile gives, bit for bit.
+
+The check, through the fork's own libggml: one windowed attention (a sink and a window of the latest keys, the mask
+RidgeFill's band gives a filled row) run twice, once with -inf where the window masks (the tiles past the window are
+skipped) and once with -65504, the most negative finite F16 (no tile is all -inf, so every tile is computed; its
+weights exp(-65504 - max) are exactly 0, and the first tile, which holds the sink, is never masked)."""
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp")
+LIB = Path(llama_cpp.__file__).parent / "lib"
+F32, F16 = 0, 1
+
+
+class InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def ggml():
+    base = ctypes.CDLL(str(LIB / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(str(LIB / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    for name, res, args in (("ggml_init", p, [InitParams]), ("ggml_free", None, [p]),
+                            ("ggml_new_tensor_4d", p, [p, ctypes.c_int, i64, i64, i64, i64]),
+                            ("ggml_flash_attn_ext", p, [p, p, p, p, p] + [ctypes.c_float] * 3),
+                            ("ggml_new_graph", p, [p]), ("ggml_build_forward_expand", None, [p, p]),
+                            ("ggml_get_data", p, [p]), ("ggml_nbytes", ctypes.c_size_t, [p])):
+        getattr(base, name).restype, getattr(base, name).argtypes = res, args
+    cpu.ggml_graph_compute_with_ctx.restype = ctypes.c_int
+    cpu.ggml_graph_compute_with_ctx.argtypes = [p, p, ctypes.c_int]
+    return base, cpu
+
+
+def windowed_attention(mask_value, n_q=192, n_kv=2048, window=200, sink=4, threads=2):
+    """Flash attention of n_q rows at the last positions of n_kv keys (3 query heads on 1 KV head, head size 64), each
+    row seeing the first `sink` keys and its `window` latest; masked positions hold mask_value."""
+    base, cpu = ggml()
+    rng = np.random.default_rng(0)
+    ctx = base.ggml_init(InitParams(256 << 20, None, False))
+    try:
+        def tensor(kind, values):
+            t = base.ggml_new_tensor_4d(ctx, kind, *values.shape[::-1])
+            buf = (ctypes.c_char * base.ggml_nbytes(t)).from_address(base.ggml_get_data(t))
+            np.frombuffer(buf, dtype=values.dtype)[:] = values.ravel()
+            return t
+        q = tensor(F32, rng.standard_normal((1, 3, n_q, 64), dtype=np.float32))
+        k = tensor(F16, rng.standard_normal((1, 1, n_kv, 64)).astype(np.float16))
+        v = tensor(F16, rng.standard_normal((1, 1, n_kv, 64)).astype(np.float16))
+        pos = np.arange(n_kv - n_q, n_kv)[:, None]
+        key = np.arange(n_kv)[None, :]
+        seen = (key <= pos) & ((key < sink) | (key > pos - window))
+        mask = tensor(F16, np.where(seen, 0.0, mask_value).astype(np.float16)[None, None])
+        out = base.ggml_flash_attn_ext(ctx, q, k, v, mask, ctypes.c_float(0.125), ctypes.c_float(0.0),
+                                       ctypes.c_float(0.0))
+        gf = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(gf, out)
+        assert cpu.ggml_graph_compute_with_ctx(ctx, gf, threads) == 0
+        buf = (ctypes.c_char * base.ggml_nbytes(out)).from_address(base.ggml_get_data(out))
+        return np.frombuffer(buf, dtype=np.float32).copy(), seen
+    finally:
+        base.ggml_free(ctx)
+
+
+def test_a_skipped_masked_tile_changes_nothing_bit_for_bit():
+    skipped, seen = windowed_attention(-np.inf)
+    computed, _ = windowed_attention(-65504.0)
+    # most key tiles of a row tile are outside the window and the sink: the case the patch is for
+    tiles = seen.reshape(3, 64, 32, 64).any(axis=(1, 3))
+    assert tiles.sum(axis=1).tolist() == [6, 6, 6] and np.isfinite(skipped).all()
+    assert np.array_equal(skipped.view(np.uint32), computed.view(np.uint32))
+    # and it is the attention it claims to be (numpy, F32, the same inputs)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 3, 192, 64), dtype=np.float32)[0]
+    k = rng.standard_normal((1, 1, 2048, 64)).astype(np.float16).astype(np.float32)[0, 0]
+    v = rng.standard_normal((1, 1, 2048, 64)).astype(np.float16).astype(np.float32)[0, 0]
+    s = np.where(seen, q @ k.T * 0.125, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    ref = (w / w.sum(axis=-1, keepdims=True)) @ v                   # [head, row, d]
+    assert np.abs(skipped.reshape(192, 3, 64) - ref.transpose(1, 0, 2)).max() < 2e-3
