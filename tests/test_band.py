@@ -1114,3 +1114,25 @@ def test_the_trial_kernel_profile_is_the_committed_run():
            for x, y in zip(b4["runs"], s15["runs"])]
     assert [f"{v:+.2f}" for v in per] == ["+0.12", "+0.02", "-0.03"]
     assert [f"{y['seconds'] / x['seconds']:.3f}" for x, y in zip(b4["runs"], s15["runs"])] == ["0.873", "0.994", "1.043"]
+
+
+def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
+    """docs/maps.md ("A masked tile's cost, at the kernel"): with patch 0018, in one process at 8K, band 2-23 (maps 24)
+    runs at 1.004x (0.944-1.068) split 15's speed and band 4-21 (maps 22) at 1.048x (0.948-1.136), each above split 15
+    in 3 of 6 repeats; exact 62.88 s, split 15 1.61x (1.56-1.69)."""
+    import json
+    res = json.loads((ROOT / "docs" / "data" / "bench-compare-smollm2-s15-s24b22-s22b18-8k-0018.json").read_text())
+    assert (res["split_layer"], res["repeats"], res["tail_tokens"], res["flash_attn"]) == (15, 6, 1024, "on")
+    s15 = res["rows"][0]
+    assert (f"{s15['exact_s']:.2f}", f"{s15['ratio']:.2f}", f"{s15['ratio_min']:.2f}", f"{s15['ratio_max']:.2f}") == \
+        ("62.88", "1.61", "1.56", "1.69")
+    got = []
+    for f in res["compare"]:
+        r = f["rows"][0]
+        vs = [a / b for a, b in zip(s15["ridgefill_runs"], r["ridgefill_runs"])]
+        got.append((f["split_layer"], f["band_layers"], f["band_window"], f"{r['ratio']:.2f}", f"{r['ratio_min']:.2f}",
+                    f"{r['ratio_max']:.2f}", f"{r['vs_first']:.3f}", f"{r['vs_first_min']:.3f}",
+                    f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs), f"{r['limit']:.2f}"))
+    assert got == [(24, 22, 1024, "1.59", "1.54", "1.71", "1.004", "0.944", "1.068", 3, "1.63"),
+                   (22, 18, 1024, "1.69", "1.53", "1.77", "1.048", "0.948", "1.136", 3, "1.65")]
+    assert f"{s15['limit']:.2f}" == "1.61"
