@@ -15,21 +15,28 @@ import argparse
 import ctypes
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_cpu_fa_skip import F16, F32, InitParams, LIB  # noqa: E402
+import llama_cpp
+
+LIB = Path(llama_cpp.__file__).parent / "lib"   # the fork's libraries, as installed
+F32, F16 = 0, 1                                 # ggml_type
+
+
+class InitParams(ctypes.Structure):
+    """struct ggml_init_params"""
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
 
 HEADS, KV_HEADS, D, ROWS, WINDOW, SINK = 9, 3, 64, 512, 1024, 4
 
 
-def load(cpu_path: str):
+def load(cpu_path: str, mode: int = ctypes.RTLD_LOCAL):
+    """The fork's libggml-base and the libggml-cpu at cpu_path, with the few functions used here declared."""
     base = ctypes.CDLL(str(LIB / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-    cpu = ctypes.CDLL(cpu_path, mode=ctypes.RTLD_LOCAL)
+    cpu = ctypes.CDLL(cpu_path, mode=mode)
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     for name, res, args in (("ggml_init", p, [InitParams]), ("ggml_free", None, [p]),
                             ("ggml_new_tensor_4d", p, [p, ctypes.c_int, i64, i64, i64, i64]),

@@ -6,33 +6,20 @@ RidgeFill's band gives a filled row) run twice, once with -inf where the window 
 skipped) and once with -65504, the most negative finite F16 (no tile is all -inf, so every tile is computed; its
 weights exp(-65504 - max) are exactly 0, and the first tile, which holds the sink, is never masked)."""
 import ctypes
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
-llama_cpp = pytest.importorskip("llama_cpp")
-LIB = Path(llama_cpp.__file__).parent / "lib"
-F32, F16 = 0, 1
-
-
-class InitParams(ctypes.Structure):
-    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+pytest.importorskip("llama_cpp")
+sys.path.insert(0, str(ROOT / "scripts"))
+from fa_tile_bench import F16, F32, LIB, InitParams, load  # noqa: E402
 
 
 def ggml():
-    base = ctypes.CDLL(str(LIB / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-    cpu = ctypes.CDLL(str(LIB / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
-    for name, res, args in (("ggml_init", p, [InitParams]), ("ggml_free", None, [p]),
-                            ("ggml_new_tensor_4d", p, [p, ctypes.c_int, i64, i64, i64, i64]),
-                            ("ggml_flash_attn_ext", p, [p, p, p, p, p] + [ctypes.c_float] * 3),
-                            ("ggml_new_graph", p, [p]), ("ggml_build_forward_expand", None, [p, p]),
-                            ("ggml_get_data", p, [p]), ("ggml_nbytes", ctypes.c_size_t, [p])):
-        getattr(base, name).restype, getattr(base, name).argtypes = res, args
-    cpu.ggml_graph_compute_with_ctx.restype = ctypes.c_int
-    cpu.ggml_graph_compute_with_ctx.argtypes = [p, p, ctypes.c_int]
-    return base, cpu
+    return load(str(LIB / "libggml-cpu.so"), ctypes.RTLD_GLOBAL)
 
 
 def windowed_attention(mask_value, n_q=192, n_kv=2048, window=200, sink=4, threads=2):
@@ -89,8 +76,6 @@ def test_the_tile_bench_runs_two_builds_side_by_side(tmp_path):
     import json
     import shutil
     import subprocess
-    import sys
-    from conftest import ROOT
     other = tmp_path / "libggml-cpu.so"
     shutil.copy(LIB / "libggml-cpu.so", other)
     out = tmp_path / "t.json"
@@ -108,7 +93,6 @@ def test_the_committed_tile_bench():
     same op on the keys it sees without patch 0018 and 1.23x with it (0.601x the old time); at 4096 1.41x and 1.12x;
     a causal op the same within 2-5%."""
     import json
-    from conftest import ROOT
     res = json.loads((ROOT / "docs" / "data" / "fa-tile-bench-smollm2-band.json").read_text())
     assert [Path(x).name for x in res["libs"]] == ["libggml-cpu-0017.so", "libggml-cpu-0018.so"]
     assert (res["threads"], res["repeats"], res["window"], res["sink"]) == (2, 20, 1024, 4)
