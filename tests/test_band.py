@@ -1136,3 +1136,32 @@ def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
     assert got == [(24, 22, 1024, "1.59", "1.54", "1.71", "1.004", "0.944", "1.068", 3, "1.63"),
                    (22, 18, 1024, "1.69", "1.53", "1.77", "1.048", "0.948", "1.136", 3, "1.65")]
     assert f"{s15['limit']:.2f}" == "1.61"
+
+
+@pytest.mark.parametrize("domain, vs20, span, above, vs12, key", [
+    ("brown", "0.89 [0.77, 1.03]", "0.54–1.66", "5/16", "1.02 [0.92, 1.13]", "0.056")])
+def test_band_2_23_maps_24_on_the_other_domains_is_the_committed_run(domain, vs20, span, above, vs12, key):
+    """docs/maps.md ("Band 2-23 with maps from 24 on Brown and Shakespeare"): its KL against split 20's and band
+    10-21's on the same 16 prompts, and its key tokens."""
+    import json
+    data = ROOT / "docs" / "data"
+    n = data / f"band-smollm2-s24b22w1024-8k-{domain}.json"
+    p = data / f"band-smollm2-b10w1024f10.11.14.15-8k-{domain}.json"
+    row = kl_ratio_row(f"{p}:maps:smollm2-s20-input-c0", f"{n}:ridgefill", domain, digits=2)
+    assert f"| {vs20} | {span} | {above} |" in row
+    assert f"| {vs12} |" in kl_ratio_row(f"{data / f'band-smollm2-s22b12w1024-8k-{domain}.json'}:ridgefill",
+                                         f"{n}:ridgefill", domain, digits=2)
+    res = json.loads(n.read_text())
+    assert (res["split_layer"], res["band"]) == (24, [22, 1024])
+    assert f"{res['domains'][domain]['tail@8192']['modes']['ridgefill']['nll_key_diff'][0]:.3f}" == key
+
+
+def test_band_2_23_maps_24_needle_is_the_committed_run():
+    """docs/maps.md: band 2-23 (maps 24) finds 53/60 pass keys at 2K, exact 51/60 in the same run (+3 points [0, +8])."""
+    import json
+    res = json.loads((ROOT / "docs" / "data" / "band-smollm2-s24b22w1024-needle.json").read_text())
+    n = res["domains"]["shakespeare"]["needle"]
+    assert (res["split_layer"], res["band"]) == (24, [22, 1024])
+    hits = {m: sum(c["hits"][m] for c in n["cells"]) for m in ("exact", "ridgefill")}
+    assert hits == {"exact": 51, "ridgefill": 53} and sum(c["trials"] for c in n["cells"]) == 60
+    assert [f"{x * 100:.0f}" for x in n["diff_from_exact"]["ridgefill"]] == ["3", "0", "8"]
