@@ -1139,7 +1139,8 @@ def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
 
 
 @pytest.mark.parametrize("domain, vs20, span, above, vs12, key", [
-    ("brown", "0.89 [0.77, 1.03]", "0.54–1.66", "5/16", "1.02 [0.92, 1.13]", "0.056")])
+    ("brown", "0.89 [0.77, 1.03]", "0.54–1.66", "5/16", "1.02 [0.92, 1.13]", "0.056"),
+    ("shakespeare", "0.59 [0.53, 0.68]", "0.34–1.18", "1/16", "0.81 [0.74, 0.90]", "0.076")])
 def test_band_2_23_maps_24_on_the_other_domains_is_the_committed_run(domain, vs20, span, above, vs12, key):
     """docs/maps.md ("Band 2-23 with maps from 24 on Brown and Shakespeare"): its KL against split 20's and band
     10-21's on the same 16 prompts, and its key tokens."""
