@@ -1042,20 +1042,27 @@ def test_maps_from_24_behind_a_band_from_4_or_2_on_code_is_the_committed_run():
     assert [f"{cost(15, 0) / cost(24, b):.3f}" for b in (20, 22)] == ["0.993", "1.030"]
 
 
+def beside_split_15(name: str, repeats: int):
+    """A committed `bench --maps split-15 --compare-maps ...` run at 8K/1K, flash attention on: split 15's exact
+    seconds and speedup (median, min, max), and per compared fill (its record, its row, split 15's time over its own
+    per repeat)."""
+    import json
+    res = json.loads((ROOT / "docs" / "data" / name).read_text())
+    assert (res["split_layer"], res["repeats"], res["tail_tokens"], res["flash_attn"]) == (15, repeats, 1024, "on")
+    s15 = res["rows"][0]
+    head = (f"{s15['exact_s']:.2f}", f"{s15['ratio']:.2f}", f"{s15['ratio_min']:.2f}", f"{s15['ratio_max']:.2f}")
+    return head, s15, [(f, f["rows"][0], [a / b for a, b in zip(s15["ridgefill_runs"], f["rows"][0]["ridgefill_runs"])])
+                       for f in res["compare"]]
+
+
 def test_maps_from_24_beside_split_15_is_the_committed_run():
     """docs/maps.md ("Maps from layer 24 behind a band started at layer 4 or 2"): in one process at 8K, band 2-23 runs
     at 0.938x (0.922-1.020) split 15's speed, above it in 1 of 4 repeats, and band 4-23 at 0.891x (0.848-0.904),
     9-10% below the cost model's 1.03x and 0.993x; exact 56.19 s, split 15 1.66x."""
-    import json
-    res = json.loads((ROOT / "docs" / "data" / "bench-compare-smollm2-s15-s24b22b20w1024-8k.json").read_text())
-    assert (res["split_layer"], res["repeats"], res["tail_tokens"], res["flash_attn"]) == (15, 4, 1024, "on")
-    s15 = res["rows"][0]
-    assert (f"{s15['exact_s']:.2f}", f"{s15['ratio']:.2f}", f"{s15['ratio_min']:.2f}", f"{s15['ratio_max']:.2f}") == \
-        ("56.19", "1.66", "1.59", "1.74")
+    head, s15, fills = beside_split_15("bench-compare-smollm2-s15-s24b22b20w1024-8k.json", 4)
+    assert head == ("56.19", "1.66", "1.59", "1.74")
     got = []
-    for f, cost in zip(res["compare"], (1.030, 0.993)):
-        r = f["rows"][0]
-        vs = [a / b for a, b in zip(s15["ridgefill_runs"], r["ridgefill_runs"])]
+    for (f, r, vs), cost in zip(fills, (1.030, 0.993)):
         got.append((f["split_layer"], f["band_layers"], f["band_window"], f"{r['ratio']:.2f}", f"{r['vs_first']:.3f}",
                     f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs),
                     f"{100 * (1 - r['vs_first'] / cost):.0f}"))
@@ -1120,16 +1127,10 @@ def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
     """docs/maps.md ("A masked tile's cost, at the kernel"): with patch 0018, in one process at 8K, band 2-23 (maps 24)
     runs at 1.004x (0.944-1.068) split 15's speed and band 4-21 (maps 22) at 1.048x (0.948-1.136), each above split 15
     in 3 of 6 repeats; exact 62.88 s, split 15 1.61x (1.56-1.69)."""
-    import json
-    res = json.loads((ROOT / "docs" / "data" / "bench-compare-smollm2-s15-s24b22-s22b18-8k-0018.json").read_text())
-    assert (res["split_layer"], res["repeats"], res["tail_tokens"], res["flash_attn"]) == (15, 6, 1024, "on")
-    s15 = res["rows"][0]
-    assert (f"{s15['exact_s']:.2f}", f"{s15['ratio']:.2f}", f"{s15['ratio_min']:.2f}", f"{s15['ratio_max']:.2f}") == \
-        ("62.88", "1.61", "1.56", "1.69")
+    head, s15, fills = beside_split_15("bench-compare-smollm2-s15-s24b22-s22b18-8k-0018.json", 6)
+    assert head == ("62.88", "1.61", "1.56", "1.69")
     got = []
-    for f in res["compare"]:
-        r = f["rows"][0]
-        vs = [a / b for a, b in zip(s15["ridgefill_runs"], r["ridgefill_runs"])]
+    for f, r, vs in fills:
         got.append((f["split_layer"], f["band_layers"], f["band_window"], f"{r['ratio']:.2f}", f"{r['ratio_min']:.2f}",
                     f"{r['ratio_max']:.2f}", f"{r['vs_first']:.3f}", f"{r['vs_first_min']:.3f}",
                     f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs), f"{r['limit']:.2f}"))
