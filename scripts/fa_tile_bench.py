@@ -7,9 +7,8 @@ The op is SmolLM2-135M's (9 query heads on 3 KV heads, head size 64, F16 cache),
 p..p+511 of a prompt (n_kv = p + 512 keys), with three masks: causal (an unwindowed fill), the band's (the first 4
 positions and each row's 1024 latest) and the band's with only the keys it can see (the cache cut to positions
 p-1024.. and no sink: what the op would cost if a masked tile cost nothing, one tile fewer).  Per build and mask:
-the median (and the least) time of the op over the repeats, each repeat running every (build, mask) once in rotation, the build that runs an op first
-alternating.  Used for
-docs/maps.md, "A masked tile's cost, at the kernel".
+the median (and the least) time of the op over the repeats, each repeat running every (build, mask) once in
+rotation, the build that runs an op first alternating.  Used for docs/maps.md, "A masked tile's cost, at the kernel".
 """
 import argparse
 import ctypes
