@@ -9,7 +9,8 @@
 #                                     (COMPARE=MAPS,...: other map files beside it, e.g. split 20 without a band)
 #   band_report.sh needle [LEN TAIL]  2K prompts, 256 tail (or LEN, TAIL), 60 pass keys (Shakespeare): band vs exact
 #   band_report.sh server [s20]       TTFT through ridgefill-server at 8K, exact vs band (s20: the maps alone), interleaved
-#                                     (L=16383: another prompt length; the server's context is L + 1)
+#                                     (L=16383: another prompt length; the server's context is L + 1; RUN=name: a
+#                                     suffix for the output file, e.g. a rerun beside another setting's)
 #   band_report.sh fa                 in-process TTFT at 8K: the band with flash attention on and off
 #   band_report.sh compare [MAPS,..]  in-process TTFT at 8K, one run: exact, split 15's maps, the band and MAPS
 #                                     rotated (R=8 repeats), each fill also timed against split 15's
@@ -87,7 +88,7 @@ server)
     trap 'kill $pid' EXIT
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
     "${RF[@]}" bench "$FILE" --server "http://127.0.0.1:$port" --lengths "$L" -r 3 \
-        --json "$OUT/bench-server-$TAG-$NAME-$(((L + 1) / 1024))k.json" ;;
+        --json "$OUT/bench-server-$TAG-$NAME-$(((L + 1) / 1024))k${RUN:+-$RUN}.json" ;;
 fa)
     # in-process, 8K prompt, 1K tail: the band with flash attention on and off, split 20 alone with it off
     for run in "$BAND on $NAME-fa-on" "$BAND off $NAME-fa-off" "$PLAIN off s20-fa-off"; do

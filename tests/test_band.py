@@ -1167,3 +1167,32 @@ def test_band_2_23_maps_24_needle_is_the_committed_run():
     hits = {m: sum(c["hits"][m] for c in n["cells"]) for m in ("exact", "ridgefill")}
     assert hits == {"exact": 51, "ridgefill": 53} and sum(c["trials"] for c in n["cells"]) == 60
     assert [f"{x * 100:.0f}" for x in n["diff_from_exact"]["ridgefill"]] == ["3", "0", "8"]
+
+
+def test_band_2_23_beside_split_15_in_three_runs_is_the_committed_runs():
+    """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): three in-process runs at 8K with patch 0018
+    give band 2-23 (maps 24) 1.004x, 0.936x and 1.019x split 15's speed; the 18 repeats pooled 0.991x, 8 above
+    split 15. In the third, band 0-23 (maps 24) runs at 1.060x (0.965-1.111), above split 15 in 4 of 6 repeats,
+    FLOP limit 1.69x."""
+    import statistics
+    runs = [beside_split_15(name, 6) for name in ("bench-compare-smollm2-s15-s24b22-s22b18-8k-0018.json",
+                                                   "bench-compare-smollm2-s15-s24b22w1024-8k-0018-rerun.json",
+                                                   "bench-compare-smollm2-s15-s24b22-s24b24-8k.json")]
+    assert [h[0] for h, _, _ in runs] == ["62.88", "55.25", "55.50"]
+    band = [next((r, vs) for f, r, vs in fills if (f["split_layer"], f["band_layers"], f["band_window"]) == (24, 22, 1024))
+            for _, _, fills in runs]
+    assert [f"{r['vs_first']:.3f}" for r, _ in band] == ["1.004", "0.936", "1.019"]
+    assert [(h[1], f"{r['ratio']:.2f}") for (h, _, _), (r, _) in zip(runs, band)] == \
+        [("1.61", "1.59"), ("1.63", "1.52"), ("1.55", "1.56")]
+    assert [(f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs)) for r, vs in band] == \
+        [("0.944", "1.068", 3), ("0.923", "1.005", 1), ("0.913", "1.097", 4)]
+    pooled = [v for _, vs in band for v in vs]
+    assert (len(pooled), f"{statistics.median(pooled):.3f}", sum(v > 1 for v in pooled)) == (18, "0.991", 8)
+    assert (f"{min(pooled):.3f}", f"{max(pooled):.3f}") == ("0.913", "1.097")
+    f, r, vs = runs[2][2][1]
+    assert (f["split_layer"], f["band_layers"], f["band_window"]) == (24, 24, 1024)
+    assert (f"{r['vs_first']:.3f}", f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", sum(v > 1 for v in vs),
+            f"{r['limit']:.2f}", f"{r['ratio']:.2f}") == ("1.060", "0.965", "1.111", 4, "1.69", "1.60")
+    over_band = [a / b for a, b in zip(band[2][0]["ridgefill_runs"], r["ridgefill_runs"])]
+    assert (f"{statistics.median(over_band):.2f}", f"{min(over_band):.3f}", f"{max(over_band):.3f}") == \
+        ("1.01", "0.988", "1.132")
