@@ -1196,3 +1196,23 @@ def test_band_2_23_beside_split_15_in_three_runs_is_the_committed_runs():
     over_band = [a / b for a, b in zip(band[2][0]["ridgefill_runs"], r["ridgefill_runs"])]
     assert (f"{statistics.median(over_band):.2f}", f"{min(over_band):.3f}", f"{max(over_band):.3f}") == \
         ("1.01", "0.988", "1.132")
+
+
+@pytest.mark.parametrize("domain, vs20, span, above, vs22, key", [
+    ("brown", "0.92 [0.79, 1.07]", "0.54–1.73", "7/16", "1.03 [1.02, 1.04]", "0.065")])
+def test_band_0_23_maps_24_is_the_committed_run(domain, vs20, span, above, vs22, key):
+    """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): band 0-23's KL against split 20's and band
+    2-23's on the same 16 prompts, and its key tokens."""
+    import json
+    data = ROOT / "docs" / "data"
+    n = data / f"band-smollm2-s24b24w1024-8k-{domain}.json"
+    s20 = {"python-code": f"{data / 'band-smollm2-b10w1024f10.11.14.15-8k-python-code.json'}:maps:smollm2-s20-input-c0"}
+    b22 = {"python-code": f"{data / 'band-smollm2-s24b20w1024-8k-python-code.json'}:maps:smollm2-s24-input-c0-band22w1024"}
+    row = kl_ratio_row(s20.get(domain, f"{data / f'band-smollm2-b10w1024f10.11.14.15-8k-{domain}.json'}:maps:smollm2-s20-input-c0"),
+                       f"{n}:ridgefill", domain, digits=2)
+    assert f"| {vs20} | {span} | {above} |" in row
+    assert f"| {vs22} |" in kl_ratio_row(b22.get(domain, f"{data / f'band-smollm2-s24b22w1024-8k-{domain}.json'}:ridgefill"),
+                                         f"{n}:ridgefill", domain, digits=2)
+    res = json.loads(n.read_text())
+    assert (res["split_layer"], res["band"]) == (24, [24, 1024])
+    assert f"{res['domains'][domain]['tail@8192']['modes']['ridgefill']['nll_key_diff'][0]:.3f}" == key
