@@ -1199,7 +1199,8 @@ def test_band_2_23_beside_split_15_in_three_runs_is_the_committed_runs():
 
 
 @pytest.mark.parametrize("domain, vs20, span, above, vs22, key", [
-    ("brown", "0.92 [0.79, 1.07]", "0.54–1.73", "7/16", "1.03 [1.02, 1.04]", "0.065")])
+    ("brown", "0.92 [0.79, 1.07]", "0.54–1.73", "7/16", "1.03 [1.02, 1.04]", "0.065"),
+    ("shakespeare", "0.60 [0.54, 0.69]", "0.34–1.20", "1/16", "1.02 [1.01, 1.03]", "0.083")])
 def test_band_0_23_maps_24_is_the_committed_run(domain, vs20, span, above, vs22, key):
     """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): band 0-23's KL against split 20's and band
     2-23's on the same 16 prompts, and its key tokens."""
@@ -1215,4 +1216,6 @@ def test_band_0_23_maps_24_is_the_committed_run(domain, vs20, span, above, vs22,
                                          f"{n}:ridgefill", domain, digits=2)
     res = json.loads(n.read_text())
     assert (res["split_layer"], res["band"]) == (24, [24, 1024])
-    assert f"{res['domains'][domain]['tail@8192']['modes']['ridgefill']['nll_key_diff'][0]:.3f}" == key
+    mode = res["domains"][domain]["tail@8192"]["modes"]["ridgefill"]
+    assert f"{mode['nll_key_diff'][0]:.3f}" == key
+    assert f"{mode['top1'][0]:.3f}" == {"brown": "0.947", "shakespeare": "0.929"}[domain]
