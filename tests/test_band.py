@@ -1219,3 +1219,33 @@ def test_band_0_23_maps_24_is_the_committed_run(domain, vs20, span, above, vs22,
     mode = res["domains"][domain]["tail@8192"]["modes"]["ridgefill"]
     assert f"{mode['nll_key_diff'][0]:.3f}" == key
     assert f"{mode['top1'][0]:.3f}" == {"brown": "0.947", "shakespeare": "0.929"}[domain]
+
+
+def test_band_0_23_beside_split_15_in_two_runs_is_the_committed_runs():
+    """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): a fourth run gives band 2-23 1.025x split 15's
+    speed (24 repeats in four runs pooled 0.997x, 11 above) and band 0-23 1.074x (0.966-1.245); band 0-23's 12
+    repeats in two runs pool to 1.074x, 9 above split 15, and 1.02x band 2-23's."""
+    import statistics
+    runs = [beside_split_15(name, 6) for name in ("bench-compare-smollm2-s15-s24b22-s22b18-8k-0018.json",
+                                                   "bench-compare-smollm2-s15-s24b22w1024-8k-0018-rerun.json",
+                                                   "bench-compare-smollm2-s15-s24b22-s24b24-8k.json",
+                                                   "bench-compare-smollm2-s15-s24b22-s24b24-8k-run2.json")]
+    assert runs[3][0][:2] == ("67.59", "1.61")
+
+    def fill(fills, band):
+        return next((f, r, vs) for f, r, vs in fills if (f["split_layer"], f["band_layers"], f["band_window"]) == (24, band, 1024))
+    b22 = [fill(fills, 22) for _, _, fills in runs]
+    b24 = [fill(fills, 24) for _, _, fills in runs[2:]]
+    _, r, vs = b22[3]
+    assert (f"{r['vs_first']:.3f}", f"{r['ratio']:.2f}", sum(v > 1 for v in vs)) == ("1.025", "1.68", 3)
+    _, r, vs = b24[1]
+    assert (f"{r['vs_first']:.3f}", f"{r['vs_first_min']:.3f}", f"{r['vs_first_max']:.3f}", f"{r['ratio']:.2f}",
+            sum(v > 1 for v in vs)) == ("1.074", "0.966", "1.245", "1.71", 5)
+    pooled = [v for _, _, vs in b22 for v in vs]
+    assert (len(pooled), f"{statistics.median(pooled):.3f}", sum(v > 1 for v in pooled)) == (24, "0.997", 11)
+    pooled = [v for _, _, vs in b24 for v in vs]
+    assert (len(pooled), f"{statistics.median(pooled):.3f}", sum(v > 1 for v in pooled), f"{min(pooled):.3f}") == \
+        (12, "1.074", 9, "0.965")
+    over = [a / b for (_, r22, _), (_, r24, _) in zip(b22[2:], b24)
+            for a, b in zip(r22["ridgefill_runs"], r24["ridgefill_runs"])]
+    assert f"{statistics.median(over):.2f}" == "1.02"
