@@ -1249,3 +1249,17 @@ def test_band_0_23_beside_split_15_in_two_runs_is_the_committed_runs():
     over = [a / b for (_, r22, _), (_, r24, _) in zip(b22[2:], b24)
             for a, b in zip(r22["ridgefill_runs"], r24["ridgefill_runs"])]
     assert f"{statistics.median(over):.2f}" == "1.02"
+
+
+def test_band_0_23_and_split_15_through_the_server_are_the_committed_runs():
+    """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): through ridgefill-server at 8K, one run each,
+    back to back, band 0-23 gives 1.92x (1.46-2.18) over exact and split 15 1.46x (1.45-1.73)."""
+    import json
+    data = ROOT / "docs" / "data"
+    got = []
+    for name in ("bench-server-smollm2-s24b24w1024-8k-pair.json", "bench-server-smollm2-s15-8k-pair.json"):
+        res = json.loads((data / name).read_text())
+        r = res["rows"][0]
+        got.append((res["split_layer"], res["band_layers"], r["length"], res["repeats"],
+                    f"{r['ratio']:.2f}", f"{r['ratio_min']:.2f}", f"{r['ratio_max']:.2f}"))
+    assert got == [(24, 24, 8191, 3, "1.92", "1.46", "2.18"), (15, 0, 8191, 3, "1.46", "1.45", "1.73")]
