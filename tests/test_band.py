@@ -228,10 +228,10 @@ def test_band_without_flash_attention_warns(smollm2, maps20, capfd):
             assert ("saves nothing over split layer 20 alone" in s.log()) == warned
 
 
-@pytest.mark.parametrize("split, band", [(20, 10), (22, 12), (22, 18), (24, 22)])
+@pytest.mark.parametrize("split, band", [(20, 10), (22, 12), (22, 18), (24, 22), (24, 24)])
 def test_calibrate_records_a_band_with_the_default_window(smollm2, tmp_path, split, band):
-    """`ridgefill calibrate -s 20 --band-layers 10`, `-s 22 --band-layers 12`, `-s 22 --band-layers 18` and `-s 24
-    --band-layers 22` (README)
+    """`ridgefill calibrate -s 20 --band-layers 10`, `-s 22 --band-layers 12`, `-s 22 --band-layers 18`, `-s 24
+    --band-layers 22` and `-s 24 --band-layers 24` (README)
     write the band with the default window of 1024 positions."""
     out = tmp_path / "band.gguf"
     r = run_cli("ridgefill", "calibrate", str(smollm2), "-s", str(split), "-n", "1024", "-c", "512", "--band-layers",
@@ -1140,10 +1140,10 @@ def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
 
 
 @pytest.mark.parametrize("band, domain, vs20, span, above, other, vs_other, key, top1", [
-    (22, "brown", "0.89 [0.77, 1.03]", "0.54–1.66", "5/16", "s22b12w1024", "1.02 [0.92, 1.13]", "0.056", None),
-    (22, "shakespeare", "0.59 [0.53, 0.68]", "0.34–1.18", "1/16", "s22b12w1024", "0.81 [0.74, 0.90]", "0.076", None),
-    (24, "brown", "0.92 [0.79, 1.07]", "0.54–1.73", "7/16", "s24b22w1024", "1.03 [1.02, 1.04]", "0.065", "0.947"),
-    (24, "shakespeare", "0.60 [0.54, 0.69]", "0.34–1.20", "1/16", "s24b22w1024", "1.02 [1.01, 1.03]", "0.083", "0.929")])
+    (22, "brown", "0.89 [0.77, 1.03]", "0.54–1.66", "5/16", "s22b12w1024", "1.02 [0.92, 1.13] | 0.74–1.63 | 10/16", "0.056", None),
+    (22, "shakespeare", "0.59 [0.53, 0.68]", "0.34–1.18", "1/16", "s22b12w1024", "0.81 [0.74, 0.90] | 0.53–1.37 | 1/16", "0.076", None),
+    (24, "brown", "0.92 [0.79, 1.07]", "0.54–1.73", "7/16", "s24b22w1024", "1.03 [1.02, 1.04] | 0.99–1.08 | 14/16", "0.065", "0.947"),
+    (24, "shakespeare", "0.60 [0.54, 0.69]", "0.34–1.20", "1/16", "s24b22w1024", "1.02 [1.01, 1.03] | 0.99–1.06 | 13/16", "0.083", "0.929")])
 def test_bands_before_maps_24_on_the_other_domains_are_the_committed_runs(band, domain, vs20, span, above, other,
                                                                           vs_other, key, top1):
     """docs/maps.md ("Band 2-23 with maps from 24 on Brown and Shakespeare"; "Band 2-23 beside split 15 again, and band
@@ -1226,6 +1226,8 @@ def test_band_0_23_beside_split_15_in_two_runs_is_the_committed_runs():
             sum(v > 1 for v in vs)) == ("1.074", "0.966", "1.245", "1.71", 5)
     pooled = [v for _, _, vs in b22 for v in vs]
     assert (len(pooled), f"{statistics.median(pooled):.3f}", sum(v > 1 for v in pooled)) == (24, "0.997", 11)
+    assert (f"{min(pooled):.3f}", f"{max(pooled):.3f}") == ("0.913", "1.131")
+    assert f"{100 * (b24[1][1]['limit'] / b22[3][1]['limit'] - 1):.1f}" == "3.6"    # band 0-23's FLOP headroom
     pooled = [v for _, _, vs in b24 for v in vs]
     assert (len(pooled), f"{statistics.median(pooled):.3f}", sum(v > 1 for v in pooled), f"{min(pooled):.3f}") == \
         (12, "1.074", 9, "0.965")
