@@ -91,6 +91,28 @@ def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
     assert _kl(rt_full, got[vf.name]) < 0.2 * moved
 
 
+def test_runtime_band_from_layer_0_is_the_replayed_band(smollm2, maps20, prose_tokens):
+    """A band over every layer below the maps (the shape of the recommended band 0-23 with maps from 24; here layers
+    0-19, window 32, maps from 20): layer 0 reads the token embeddings, and the runtime gives fill_sim's band20w32
+    logits, far closer to them than the fill moves the logits."""
+    from ridgefill.calibrate import LayerInputs
+    toks = prose_tokens[:1100]
+    model = fill_sim.NumpyLlama(str(smollm2))
+    acts = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
+        np.asarray(toks, dtype=np.int32))
+    v = fill_sim.parse_variant(f"band20w32-{maps20}")
+    sim_exact, got, _ = fill_sim.run_prompt(model, 0, acts, TAIL, read_maps(maps20).sink_tokens, [v])
+    llm = _llm(smollm2, maps20, band_layers=20, band_window=32)
+    assert llm.band == (20, 32)
+    rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
+    llm.set_ridgefill(False)
+    rt_exact = llm.prompt_logits(toks, len(toks) - TAIL)
+    effect = _kl(rt_exact, rt_band)
+    assert effect > 1e-3
+    assert _kl(rt_band, got[v.name]) < 0.2 * effect
+    assert abs(_kl(sim_exact, got[v.name]) - effect) < 0.25 * effect
+
+
 def test_band_with_flash_attention_is_the_band_without(smollm2, maps20, prose_tokens):
     """Flash attention, the path on which the band saves time (the CPU's tiled kernel, for ubatches of 64 rows or
     more, skips the tiles the window masks whole), moves the band's logits no more than it moves exact ones (its
@@ -390,7 +412,8 @@ def test_server_unwindowed_band_layers(smollm2, maps20, prose_tokens, tmp_path):
     write_maps(recorded, dataclasses.replace(read_maps(maps20), band_layers=10, band_window=256,
                                              band_full_layers=(10, 11, 14, 15)))
     with Server(smollm2, "-c", "512", "-t", str(n_threads()), "-np", "1", "--ridgefill-maps", str(recorded)) as s:
-        assert s.get("/props")["ridgefill"]["band_full_layers"] == [10, 11, 14, 15]
+        rf = s.get("/props")["ridgefill"]                          # README: the server takes the band from the file
+        assert (rf["band_layers"], rf["band_window"], rf["band_full_layers"]) == (10, 256, [10, 11, 14, 15])
 
 
 def test_unwindowed_band_flops():
