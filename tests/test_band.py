@@ -38,6 +38,30 @@ def band_maps(maps20, tmp_path_factory):
     return out
 
 
+def _band_against_replay(model_path, maps, toks, band, window, more_variants=()):
+    """The runtime's band (`band` layers below the maps, `window` positions) against fill_sim's replay of it on the
+    same tokens: the runtime's band logits are far closer to the replay's than the fill moves them, and the replay's
+    effect is the runtime's. Returns the bindings (ridgefill off), their band logits, the replay's logits by variant
+    name and the band's effect (KL from exact)."""
+    from ridgefill.calibrate import LayerInputs
+    model = fill_sim.NumpyLlama(str(model_path))
+    m = read_maps(maps)
+    acts = LayerInputs(model_path, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
+        np.asarray(toks, dtype=np.int32))
+    v = fill_sim.parse_variant(f"band{band}w{window}-{maps}")
+    sim_exact, got, _ = fill_sim.run_prompt(model, m.split_layer - band, acts, TAIL, m.sink_tokens,
+                                            [v, *more_variants])
+    llm = _llm(model_path, maps, band_layers=band, band_window=window)
+    rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
+    llm.set_ridgefill(False)
+    rt_exact = llm.prompt_logits(toks, len(toks) - TAIL)
+    effect = _kl(rt_exact, rt_band)
+    assert effect > 1e-3
+    assert _kl(rt_band, got[v.name]) < 0.2 * effect
+    assert abs(_kl(sim_exact, got[v.name]) - effect) < 0.25 * effect
+    return llm, rt_band, got, effect
+
+
 def test_window_wider_than_the_prompt_is_the_plain_fill(smollm2, maps20, prose_tokens):
     """A band whose window covers the whole prompt attends as the exact layers do: bit for bit the fill without a
     band.  A narrow window changes it; the counts of filled and exact rows do not change."""
@@ -61,24 +85,9 @@ def test_window_wider_than_the_prompt_is_the_plain_fill(smollm2, maps20, prose_t
 def test_runtime_band_is_the_replayed_band(smollm2, maps20, prose_tokens):
     """The runtime's band (layers 15-19, window 32, maps from 20) gives fill_sim's band5w32 logits (docs/maps.md's
     offline numbers), far closer to them than the fill moves the logits; and across ubatch cuts it is the same."""
-    from ridgefill.calibrate import LayerInputs
     toks = prose_tokens[:1100]
-    model = fill_sim.NumpyLlama(str(smollm2))
-    sink = read_maps(maps20).sink_tokens
-    acts = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
-        np.asarray(toks, dtype=np.int32))
-    v = fill_sim.parse_variant(f"band5w32-{maps20}")
     vf = fill_sim.parse_variant(f"band5w32f16.18-{maps20}")            # layers 16 and 18 unwindowed
-    sim_exact, got, _ = fill_sim.run_prompt(model, 15, acts, TAIL, sink, [v, vf])
-
-    llm = _llm(smollm2, maps20, band_layers=5, band_window=32)
-    rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
-    llm.set_ridgefill(False)
-    rt_exact = llm.prompt_logits(toks, len(toks) - TAIL)
-    effect = _kl(rt_exact, rt_band)
-    assert effect > 1e-3
-    assert _kl(rt_band, got[v.name]) < 0.2 * effect
-    assert abs(_kl(sim_exact, got[v.name]) - effect) < 0.25 * effect
+    llm, rt_band, got, effect = _band_against_replay(smollm2, maps20, toks, 5, 32, [vf])
 
     cut = _llm(smollm2, maps20, band_layers=5, band_window=32, n_ubatch=96)  # windows span several ubatches
     assert _kl(rt_band, cut.prompt_logits(toks, len(toks) - TAIL)) < 1e-3 * effect + 1e-6
@@ -95,22 +104,8 @@ def test_runtime_band_from_layer_0_is_the_replayed_band(smollm2, maps20, prose_t
     """A band over every layer below the maps (the shape of the recommended band 0-23 with maps from 24; here layers
     0-19, window 32, maps from 20): layer 0 reads the token embeddings, and the runtime gives fill_sim's band20w32
     logits, far closer to them than the fill moves the logits."""
-    from ridgefill.calibrate import LayerInputs
-    toks = prose_tokens[:1100]
-    model = fill_sim.NumpyLlama(str(smollm2))
-    acts = LayerInputs(smollm2, list(range(model.n_layer)), len(toks) + 40, n_threads()).run(
-        np.asarray(toks, dtype=np.int32))
-    v = fill_sim.parse_variant(f"band20w32-{maps20}")
-    sim_exact, got, _ = fill_sim.run_prompt(model, 0, acts, TAIL, read_maps(maps20).sink_tokens, [v])
-    llm = _llm(smollm2, maps20, band_layers=20, band_window=32)
+    llm = _band_against_replay(smollm2, maps20, prose_tokens[:1100], 20, 32)[0]
     assert llm.band == (20, 32)
-    rt_band = llm.prompt_logits(toks, len(toks) - TAIL)
-    llm.set_ridgefill(False)
-    rt_exact = llm.prompt_logits(toks, len(toks) - TAIL)
-    effect = _kl(rt_exact, rt_band)
-    assert effect > 1e-3
-    assert _kl(rt_band, got[v.name]) < 0.2 * effect
-    assert abs(_kl(sim_exact, got[v.name]) - effect) < 0.25 * effect
 
 
 def test_band_with_flash_attention_is_the_band_without(smollm2, maps20, prose_tokens):
