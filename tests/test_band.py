@@ -1209,6 +1209,25 @@ def test_band_0_23_meets_done_means_on_the_committed_runs():
     assert abs(n["diff_from_exact"]["ridgefill"][0]) <= 0.05
 
 
+def test_band_0_23_needle_at_4k_is_the_committed_run():
+    """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): at 4K (512 tail, 60 keys) band 0-23 finds
+    39/60 pass keys, exact 34/60 in the same run (+8 points [-2, +18]), on the prompts of the unwindowed band's 4K run
+    (the same exact hits per depth), where split 20 alone found 33/60."""
+    import json
+    data = ROOT / "docs" / "data"
+    res = json.loads((data / "band-smollm2-s24b24w1024-needle-4k.json").read_text())
+    ref = json.loads((data / "band-smollm2-b10w1024f10.11.14.15-needle-4k.json").read_text())
+    assert (res["split_layer"], res["band"], res["config"]["tail_tokens"]) == (24, [24, 1024], 512)
+    n, r = (x["domains"]["shakespeare"]["needle"] for x in (res, ref))
+    assert [c["hits"]["exact"] for c in n["cells"]] == [c["hits"]["exact"] for c in r["cells"]] == [10, 4, 8, 6, 6]
+    assert {c["length"] for c in n["cells"]} == {4096} and sum(c["trials"] for c in n["cells"]) == 60
+    assert [c["hits"]["ridgefill"] for c in n["cells"]] == [8, 3, 9, 11, 8]
+    assert [f"{x * 100:.0f}" for x in n["diff_from_exact"]["ridgefill"]] == ["8", "-2", "18"]
+    d = n["diff_from_exact"]["ridgefill"]
+    assert f"{(d[2] - d[1]) / 2 * 100:.0f}" == "10" and f"{n['accuracy']['exact'][0] * 100:.0f}" == "57"
+    assert sum(c["hits"]["maps:smollm2-s20-input-c0"] for c in r["cells"]) == 33
+
+
 @pytest.mark.parametrize("band, found, diff", [(22, 53, ["3", "0", "8"]), (24, 52, ["2", "0", "5"])])
 def test_bands_before_maps_24_needle_is_the_committed_run(band, found, diff):
     """docs/maps.md: band 2-23 (maps 24) finds 53/60 pass keys at 2K, exact 51/60 in the same run (+3 points [0, +8]);
