@@ -1212,7 +1212,7 @@ def test_band_0_23_meets_done_means_on_the_committed_runs():
 def test_band_0_23_needle_at_4k_is_the_committed_run():
     """docs/maps.md ("Band 2-23 beside split 15 again, and band 0-23"): at 4K (512 tail, 60 keys) band 0-23 finds
     39/60 pass keys, exact 34/60 in the same run (+8 points [-2, +18]), on the prompts of the unwindowed band's 4K run
-    (the same exact hits per depth), where split 20 alone found 33/60."""
+    (as many exact hits per depth), where split 20 alone found 33/60."""
     import json
     data = ROOT / "docs" / "data"
     res = json.loads((data / "band-smollm2-s24b24w1024-needle-4k.json").read_text())
