@@ -1167,7 +1167,7 @@ def test_the_bands_beside_split_15_with_patch_0018_are_the_committed_run():
 def test_bands_before_maps_24_on_the_other_domains_are_the_committed_runs(band, domain, vs20, span, above, other,
                                                                           vs_other, key, top1):
     """docs/maps.md ("Band 2-23 with maps from 24 on Brown and Shakespeare"; "Band 2-23 beside split 15 again, and band
-    0-23"; "Band 0-23 on code and its needle"): band 2-23's and band 0-23's KL against split 20's and against the band
+    0-23", with band 0-23's code row; docs/results.md): band 2-23's and band 0-23's KL against split 20's and against the band
     before them (band 10-21 with maps from 22; band 2-23, on code a mode of band 4-23's run) on the same 16 prompts,
     and their key tokens."""
     import json

@@ -301,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record a windowed band as the runtime's default: on filled rows the B layers below the split "
                         "run in full, attending to the sink and --band-window latest positions (default 0: none; "
                         "on SmolLM2 we recommend -s 24 --band-layers 24 for long prompts, with flash attention on at "
-                        "run time: docs/maps.md); with --ctx longer than the window the maps are fitted on what the band passes them (a "
-                        "second, windowed pass per chunk)")
+                        "run time: docs/maps.md); with --ctx longer than the window the maps are fitted on what the "
+                        "band passes them (a second, windowed pass per chunk)")
     s.add_argument("--band-window", type=int, default=1024, metavar="W",
                    help="latest positions a band layer of a filled row attends to (default 1024: at 8K prompts it "
                         "keeps the KL within 1.11x of the split alone; docs/maps.md)")
