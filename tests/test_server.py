@@ -202,31 +202,46 @@ def blank_fill(smollm2, tmp_path_factory):
                        lam=1e6, prior="zero", sink_tokens=0)
 
 
+def _top(entry) -> dict[int, float]:
+    """A completion_probabilities entry's top logprobs, {token id: logprob}."""
+    return {t["id"]: t["logprob"] for t in entry["top_logprobs"]}
+
+
+def _far(got, ref, nats) -> bool:
+    """`got` gives the exact answer's likeliest token a logprob more than `nats` away from the exact one's (or leaves
+    it out of its top 5)."""
+    token, lp = ref["id"], _top(ref)[ref["id"]]
+    return token not in _top(got) or abs(_top(got)[token] - lp) > nats
+
+
 def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tokens):
     """Exact and approximate requests, streaming and not, on shared prefixes at once: every exact answer's first
-    token is the one a fresh exact prefill gives, with the same logprob up to batch-shape noise (requests batched
-    together, or re-evaluating the last token of a reused prompt alone, are computed in other batch shapes than the
-    solo run: up to 0.07 measured on this machine and 0.11 in CI with the tests' Q8_0 SmolLM2, 0.023 with the
-    package's Q4_1).  The fill is blank_fill's, so that an exact answer computed over filled cells is unmistakable:
-    the test first checks that the approximate answers are over half a nat away or another token.  Later tokens are
-    not compared: greedy texts part at near-ties when requests share batches, on upstream's server too (the soak,
+    token distribution is the one a fresh exact prefill gives, up to batch-shape noise (requests batched together, or
+    re-evaluating the last token of a reused prompt alone, are computed in other batch shapes than the solo run: up to
+    0.07 measured on this machine and 0.11 in CI with the tests' Q8_0 SmolLM2, 0.023 with the package's Q4_1).
+    Compared are the logprobs of the exact answer's two likeliest tokens, not the sampled token alone: CI once
+    sampled ' you' at -1.768 where the solo run's top token was '\\n' at -1.696, a near-tie that batch-shape noise
+    flips.  The fill is blank_fill's, so that an exact answer computed over filled cells is unmistakable: the test
+    first checks that the approximate answers put the exact top token over half a nat away.  Later tokens are not
+    compared: greedy texts part at near-ties when requests share batches, on upstream's server too (the soak,
     docs/results.md)."""
     from llama_cpp import Llama
     vocab = Llama(model_path=str(smollm2), n_ctx=256, verbose=False, vocab_only=True)
     prompts = [head + vocab.detokenize(prose_tokens[a:b]).decode(errors="ignore")
                for head, a, b in (("Mix one.\n", 1, 600), ("Mix two.\n", 600, 1199))]   # ~600 tokens each
     approximate = (True, {"tail_tokens": 100})
+    noise = 0.25
     with Server(smollm2, "-c", "4096", "-b", "2048", "-t", str(n_threads()), "-np", "2", "-fa", "off",
                 "--ridgefill-maps", str(blank_fill), "--ridgefill-tail", str(TAIL), "--ridgefill-sink", "0") as s:
         def first(prompt, rf):
-            r = complete(s, prompt, ridgefill=rf, cache_prompt=False, n_predict=1, n_probs=1)
+            r = complete(s, prompt, ridgefill=rf, cache_prompt=False, n_predict=1, n_probs=5)
             return r["completion_probabilities"][0]
 
         exact = {p: first(p, False) for p in prompts}
         for p in prompts:   # the test's power: an answer over filled cells is far from the exact one
             for rf in approximate:
                 got = first(p, rf)
-                assert got["id"] != exact[p]["id"] or abs(got["logprob"] - exact[p]["logprob"]) > 0.5, (rf, got)
+                assert _far(got, exact[p], 2 * noise), (rf, got, exact[p])
 
         bodies = [{"prompt": p, "ridgefill": rf, "stream": stream}
                   for p in prompts
@@ -234,7 +249,7 @@ def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tok
         out = [None] * len(bodies)
 
         def run(i):
-            body = {"n_predict": 4, "n_probs": 1, "temperature": 0.0, **bodies[i]}
+            body = {"n_predict": 4, "n_probs": 5, "temperature": 0.0, **bodies[i]}
             with requests.post(s.url + "/completion", json=body, timeout=600, stream=body["stream"]) as r:
                 assert r.status_code == 200, r.text
                 if body["stream"]:
@@ -251,5 +266,7 @@ def test_concurrent_mix_keeps_exact_answers_exact(smollm2, blank_fill, prose_tok
         for body, probs in zip(bodies, out):
             assert probs
             if body["ridgefill"] is False:
-                got, ref = probs[0], first(body["prompt"], False)
-                assert got["id"] == ref["id"] and abs(got["logprob"] - ref["logprob"]) < 0.25, (got, ref)
+                got, ref = _top(probs[0]), _top(first(body["prompt"], False))
+                likeliest = sorted(ref, key=ref.get, reverse=True)[:2]
+                assert all(t in got and abs(got[t] - ref[t]) < noise for t in likeliest), (got, ref)
+                assert probs[0]["id"] in ref and max(ref.values()) - ref[probs[0]["id"]] < noise, (probs[0], ref)
