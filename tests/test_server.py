@@ -89,7 +89,7 @@ def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
     With a unified KV cache the cells a request gets depend on what else runs, which changes the order
     of floating-point sums in attention, so next-token probabilities are compared with a tolerance.
     """
-    a_body = {"prompt": long_prompt, "n_predict": 1, "n_probs": 3, "temperature": 0.0, "cache_prompt": False}
+    a_body = {"prompt": long_prompt, "n_predict": 1, "n_probs": 5, "temperature": 0.0, "cache_prompt": False}
     b_body = {**a_body, "prompt": "In a distant land, " + long_prompt[:3000], "ridgefill": False}
 
     def top(res):
@@ -109,9 +109,8 @@ def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
     for alone, together in zip(solo, out):
         assert together["content"] == alone["content"]
         pa, pt = top(alone), top(together)
-        assert pa.keys() == pt.keys()
-        for tok in pa:
-            assert abs(pa[tok] - pt[tok]) < 0.02, (tok, pa, pt)
+        for tok in sorted(pa, key=pa.get, reverse=True)[:3]:    # the top 5's tail may swap places at near-ties
+            assert tok in pt and abs(pa[tok] - pt[tok]) < 0.02, (tok, pa, pt)
         assert together["timings"]["ridgefill_filled_n"] == alone["timings"]["ridgefill_filled_n"]
     assert out[0]["timings"]["ridgefill_filled_n"] > 0 and out[1]["timings"]["ridgefill_filled_n"] == 0
 
