@@ -38,6 +38,11 @@ def complete(srv, prompt, **body):
     return r.json()
 
 
+def _top(entry) -> dict[int, float]:
+    """A completion_probabilities entry's top logprobs, {token id: logprob}."""
+    return {t["id"]: t["logprob"] for t in entry["top_logprobs"]}
+
+
 def test_props_report_the_configuration(srv, maps20):
     rf = srv.get("/props")["ridgefill"]
     assert rf["enabled"] is True and rf["split_layer"] == 20
@@ -92,9 +97,6 @@ def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
     a_body = {"prompt": long_prompt, "n_predict": 1, "n_probs": 5, "temperature": 0.0, "cache_prompt": False}
     b_body = {**a_body, "prompt": "In a distant land, " + long_prompt[:3000], "ridgefill": False}
 
-    def top(res):
-        return {p["id"]: math.exp(p["logprob"]) for p in res["completion_probabilities"][0]["top_logprobs"]}
-
     solo = [requests.post(srv.url + "/completion", json=b, timeout=600).json() for b in (a_body, b_body)]
     out = [None, None]
 
@@ -108,7 +110,8 @@ def test_two_concurrent_requests_match_their_solo_runs(srv, long_prompt):
         t.join()
     for alone, together in zip(solo, out):
         assert together["content"] == alone["content"]
-        pa, pt = top(alone), top(together)
+        pa, pt = ({t: math.exp(lp) for t, lp in _top(r["completion_probabilities"][0]).items()}
+                  for r in (alone, together))
         for tok in sorted(pa, key=pa.get, reverse=True)[:3]:    # the top 5's tail may swap places at near-ties
             assert tok in pt and abs(pa[tok] - pt[tok]) < 0.02, (tok, pa, pt)
         assert together["timings"]["ridgefill_filled_n"] == alone["timings"]["ridgefill_filled_n"]
@@ -199,11 +202,6 @@ def blank_fill(smollm2, tmp_path_factory):
     from conftest import _calibrated
     return _calibrated(smollm2, 6, 1024, tmp_path_factory.mktemp("maps") / "smollm2-s6-blank.gguf",
                        lam=1e6, prior="zero", sink_tokens=0)
-
-
-def _top(entry) -> dict[int, float]:
-    """A completion_probabilities entry's top logprobs, {token id: logprob}."""
-    return {t["id"]: t["logprob"] for t in entry["top_logprobs"]}
 
 
 def _far(got, ref, nats) -> bool:
